@@ -1,0 +1,336 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+
+	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
+	"google.golang.org/protobuf/proto"
+)
+
+// Bounds on the housekeeping one Apply does, so that the cost of a proposal
+// does not depend on how much expired state has piled up.
+const (
+	maxExpiredPerApply  = 256
+	maxLogTrimPerApply  = 64
+	defaultLogRetention = 10000
+)
+
+// Result is what Apply produced.
+type Result struct {
+	// Outcome is the reply for the proposal (Outcome.Duplicate set when it
+	// was remembered rather than applied).
+	Outcome *storev1.Outcome
+	// Changes is the change set written at Outcome.Revision, nil when the
+	// proposal wrote nothing.
+	Changes *storev1.ChangeSet
+}
+
+// pending is the state a key will have once the proposal commits.
+type pending struct {
+	value   []byte
+	deleted bool
+}
+
+// applier evaluates one proposal. Writes of committed groups accumulate in
+// committed; a group's own writes go to a scratch overlay first, so a failed
+// group leaves nothing behind.
+type applier struct {
+	st        Storage
+	rev       uint64 // revision the proposal's writes get
+	committed map[string]pending
+	order     []string // keys of committed, in first-write order
+}
+
+// Apply applies proposal p to the shard state in st and returns the outcome.
+// It is deterministic: the same state and proposal give the same writes and
+// outcome. An error means the storage failed; the state is then undefined
+// and the caller must not commit it.
+func Apply(st Storage, p *storev1.Proposal) (*Result, error) {
+	now, err := advanceClock(st, p.GetNowUnixNanos())
+	if err != nil {
+		return nil, err
+	}
+	if err := expireTxns(st, now); err != nil {
+		return nil, err
+	}
+	if rec, err := lookupTxn(st, p.GetTxnId(), now); err != nil {
+		return nil, err
+	} else if rec != nil {
+		return &Result{Outcome: remembered(rec, p)}, nil
+	}
+	rev, err := readMeta(st, metaRevision)
+	if err != nil {
+		return nil, err
+	}
+	a := &applier{st: st, rev: rev + 1, committed: map[string]pending{}}
+	out := &storev1.Outcome{GroupIndexes: p.GetGroupIndexes(), Revision: rev}
+	out.Groups = make([]*storev1.GroupResult, len(p.GetGroups()))
+	failed := false
+	for i, g := range p.GetGroups() {
+		overlay, f, err := a.evaluate(g)
+		if err != nil {
+			return nil, err
+		}
+		if f != nil {
+			out.Groups[i] = &storev1.GroupResult{Failure: f}
+			failed = true
+			continue
+		}
+		a.merge(overlay)
+		out.Groups[i] = &storev1.GroupResult{Committed: true}
+	}
+	if p.GetAtomic() && failed {
+		abortAll(out.Groups)
+		a.committed, a.order = nil, nil
+	}
+	res := &Result{Outcome: out}
+	if res.Changes, err = a.write(p.GetLogRetention()); err != nil {
+		return nil, err
+	}
+	if res.Changes != nil {
+		out.Revision = a.rev
+	}
+	for _, g := range out.Groups {
+		if g.Committed {
+			g.Revision = out.Revision
+		}
+	}
+	if err := rememberTxn(st, p, out, now); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// abortAll marks every committed-looking group of a failed atomic request
+// as aborted.
+func abortAll(groups []*storev1.GroupResult) {
+	for i, g := range groups {
+		if g.Committed {
+			groups[i] = &storev1.GroupResult{Failure: &storev1.Failure{
+				Reason:  storev1.FailureReason_FAILURE_REASON_ABORTED,
+				Message: "another group of the atomic request failed",
+			}}
+		}
+	}
+}
+
+// current returns the state of key k as the group sees it: its own writes,
+// then the writes of earlier committed groups, then storage.
+func (a *applier) current(overlay map[string]pending, k string) (value []byte, version uint64, exists bool, err error) {
+	if p, ok := overlay[k]; ok {
+		return p.value, a.rev, !p.deleted, nil
+	}
+	if p, ok := a.committed[k]; ok {
+		return p.value, a.rev, !p.deleted, nil
+	}
+	rec, err := a.st.Get(DataKey(k))
+	if err != nil || rec == nil {
+		return nil, 0, false, err
+	}
+	version, value, err = DecodeRecord(rec)
+	return value, version, err == nil, err
+}
+
+// version reports the version a condition sees: writes pending in the
+// proposal count as the revision the proposal will commit at.
+func (a *applier) version(overlay map[string]pending, k string) (uint64, error) {
+	_, v, exists, err := a.current(overlay, k)
+	if !exists {
+		return 0, err
+	}
+	return v, err
+}
+
+// evaluate checks a group's conditions and plays its operations into an
+// overlay. A non-nil Failure means the group fails.
+func (a *applier) evaluate(g *storev1.Group) (map[string]pending, *storev1.Failure, error) {
+	overlay := map[string]pending{}
+	for _, c := range g.GetConditions() {
+		v, err := a.version(overlay, c.GetKey())
+		if err != nil {
+			return nil, nil, err
+		}
+		if v != c.GetVersion() {
+			return nil, &storev1.Failure{
+				Reason:         storev1.FailureReason_FAILURE_REASON_VERSION_MISMATCH,
+				Key:            c.GetKey(),
+				CurrentVersion: v,
+				Message:        fmt.Sprintf("version of %q is %d, condition wants %d", c.GetKey(), v, c.GetVersion()),
+			}, nil
+		}
+	}
+	for _, op := range g.GetOps() {
+		switch o := op.GetOp().(type) {
+		case *storev1.Op_Put:
+			overlay[o.Put.GetKey()] = pending{value: o.Put.GetValue()}
+		case *storev1.Op_Delete:
+			overlay[o.Delete.GetKey()] = pending{deleted: true}
+		case *storev1.Op_Add:
+			f, err := a.add(overlay, o.Add)
+			if err != nil || f != nil {
+				return nil, f, err
+			}
+		default:
+			// The server refuses such requests; a proposal that carries one
+			// anyway fails its group rather than the whole shard.
+			return nil, &storev1.Failure{
+				Reason:  storev1.FailureReason_FAILURE_REASON_MALFORMED,
+				Message: fmt.Sprintf("operation of unknown type %T", o),
+			}, nil
+		}
+	}
+	return overlay, nil, nil
+}
+
+// add applies one counter operation to the overlay.
+func (a *applier) add(overlay map[string]pending, op *storev1.Add) (*storev1.Failure, error) {
+	k := op.GetKey()
+	value, version, exists, err := a.current(overlay, k)
+	if err != nil {
+		return nil, err
+	}
+	var cur int64
+	if exists {
+		if cur, err = strconv.ParseInt(string(value), 10, 64); err != nil {
+			return &storev1.Failure{
+				Reason:         storev1.FailureReason_FAILURE_REASON_NOT_A_COUNTER,
+				Key:            k,
+				CurrentVersion: version,
+				Message:        fmt.Sprintf("value of %q is not a decimal int64 counter", k),
+			}, nil
+		}
+	} else {
+		version = 0
+	}
+	next, ok := addInt64(cur, op.GetDelta())
+	if !ok || next < op.GetMin() || next > op.GetMax() {
+		return &storev1.Failure{
+			Reason:         storev1.FailureReason_FAILURE_REASON_BOUND_EXCEEDED,
+			Key:            k,
+			CurrentVersion: version,
+			Message:        fmt.Sprintf("counter %q is %d; adding %d leaves [%d, %d]", k, cur, op.GetDelta(), op.GetMin(), op.GetMax()),
+		}, nil
+	}
+	overlay[k] = pending{value: strconv.AppendInt(nil, next, 10)}
+	return nil, nil
+}
+
+func addInt64(a, b int64) (int64, bool) {
+	if (b > 0 && a > math.MaxInt64-b) || (b < 0 && a < math.MinInt64-b) {
+		return 0, false
+	}
+	return a + b, true
+}
+
+// merge folds a committed group's overlay into the proposal's writes. Keys
+// are ordered by the group that first wrote them, then by key, so the change
+// set does not depend on map order.
+func (a *applier) merge(overlay map[string]pending) {
+	if len(overlay) == 0 {
+		return
+	}
+	keys := make([]string, 0, len(overlay))
+	for k := range overlay {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if _, seen := a.committed[k]; !seen {
+			a.order = append(a.order, k)
+		}
+		a.committed[k] = overlay[k]
+	}
+}
+
+// write persists the proposal's writes at revision a.rev with their change
+// set, and trims the change log to retention revisions. Deleting a key that
+// does not exist changes nothing; when nothing changes, write returns nil
+// and the revision stays.
+func (a *applier) write(retention uint64) (*storev1.ChangeSet, error) {
+	if len(a.order) == 0 {
+		return nil, nil
+	}
+	cs := &storev1.ChangeSet{Events: make([]*storev1.Event, 0, len(a.order))}
+	for _, k := range a.order {
+		p := a.committed[k]
+		kv := &storev1.KeyValue{Key: k, Version: a.rev}
+		ev := &storev1.Event{Type: storev1.EventType_EVENT_TYPE_PUT, Kv: kv}
+		var err error
+		if p.deleted {
+			if rec, err := a.st.Get(DataKey(k)); err != nil {
+				return nil, err
+			} else if rec == nil {
+				continue
+			}
+			ev.Type = storev1.EventType_EVENT_TYPE_DELETE
+			err = a.st.Delete(DataKey(k))
+		} else {
+			kv.Value = p.value
+			err = a.st.Set(DataKey(k), EncodeRecord(a.rev, p.value))
+		}
+		if err != nil {
+			return nil, err
+		}
+		cs.Events = append(cs.Events, ev)
+	}
+	if len(cs.Events) == 0 {
+		return nil, nil
+	}
+	enc, err := proto.Marshal(cs)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.st.Set(LogKey(a.rev), enc); err != nil {
+		return nil, err
+	}
+	if err := a.st.Set([]byte(metaRevision), EncodeUint64(a.rev)); err != nil {
+		return nil, err
+	}
+	return cs, trimLog(a.st, a.rev, retention)
+}
+
+// trimLog keeps the change log at most retention revisions long, deleting a
+// bounded number of entries per call.
+func trimLog(st Storage, rev, retention uint64) error {
+	if retention == 0 {
+		retention = defaultLogRetention
+	}
+	start, err := readMeta(st, metaLogStart)
+	if err != nil {
+		return err
+	}
+	if start == 0 {
+		start = rev
+	}
+	for n := 0; n < maxLogTrimPerApply && rev-start >= retention; n++ {
+		if err := st.Delete(LogKey(start)); err != nil {
+			return err
+		}
+		start++
+	}
+	return st.Set([]byte(metaLogStart), EncodeUint64(start))
+}
+
+func readMeta(st Storage, name string) (uint64, error) {
+	b, err := st.Get([]byte(name))
+	if err != nil {
+		return 0, err
+	}
+	return DecodeUint64(b)
+}
+
+// advanceClock returns the shard's clock: the largest proposal time seen, so
+// that a proposer whose clock lags cannot move time backwards.
+func advanceClock(st Storage, proposed int64) (int64, error) {
+	cur, err := readMeta(st, metaClock)
+	if err != nil {
+		return 0, err
+	}
+	if proposed <= int64(cur) {
+		return int64(cur), nil
+	}
+	return proposed, st.Set([]byte(metaClock), EncodeUint64(uint64(proposed)))
+}

@@ -1,0 +1,294 @@
+package engine
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"testing"
+
+	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
+)
+
+// Unit tests for what the scripts cannot reach easily: bounded expiry of
+// remembered outcomes, storage errors and corrupt state.
+
+func putOp(k, v string) *storev1.Op {
+	return &storev1.Op{Op: &storev1.Op_Put{Put: &storev1.Put{Key: k, Value: []byte(v)}}}
+}
+
+func mustApply(t *testing.T, st Storage, p *storev1.Proposal) *Result {
+	t.Helper()
+	res, err := Apply(st, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func countPrefix(t *testing.T, st Storage, prefix byte) int {
+	t.Helper()
+	n := 0
+	if err := st.Scan([]byte{prefix}, []byte{prefix + 1}, func(_, _ []byte) bool { n++; return true }); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestExpireTxnsBounded: one Apply forgets at most maxExpiredPerApply
+// outcomes; an id whose window ended is not remembered even while its
+// index entry waits, and when it is applied again the leftover index entry
+// does not take the new record with it.
+func TestExpireTxnsBounded(t *testing.T) {
+	st := NewMemStorage()
+	const n = maxExpiredPerApply + 44
+	for i := range n {
+		mustApply(t, st, &storev1.Proposal{
+			TxnId:             fmt.Sprintf("t%03d", i),
+			Groups:            []*storev1.Group{{Ops: []*storev1.Op{putOp("/k", "v")}}},
+			NowUnixNanos:      1,
+			DedupeWindowNanos: 10,
+			RequestHash:       1,
+		})
+	}
+	if got := countPrefix(t, st, prefixTxn); got != n {
+		t.Fatalf("%d remembered txns, want %d", got, n)
+	}
+
+	// now=100: every window ended, but only maxExpiredPerApply go.
+	mustApply(t, st, &storev1.Proposal{NowUnixNanos: 100})
+	if got, want := countPrefix(t, st, prefixTxn), n-maxExpiredPerApply; got != want {
+		t.Fatalf("after one expiry pass: %d remembered txns, want %d", got, want)
+	}
+	if got, want := countPrefix(t, st, prefixExpiry), n-maxExpiredPerApply; got != want {
+		t.Fatalf("after one expiry pass: %d expiry entries, want %d", got, want)
+	}
+
+	// The last id still has a record and an index entry, both expired: a
+	// retry applies again instead of getting the old outcome.
+	last := fmt.Sprintf("t%03d", n-1)
+	retry := &storev1.Proposal{
+		TxnId:             last,
+		Groups:            []*storev1.Group{{Ops: []*storev1.Op{putOp("/k", "v")}}},
+		NowUnixNanos:      100,
+		DedupeWindowNanos: 10,
+		RequestHash:       1,
+	}
+	res := mustApply(t, st, retry)
+	if res.Outcome.GetDuplicate() || res.Changes == nil {
+		t.Fatalf("retry of an expired txn: %v, want a fresh application", res.Outcome)
+	}
+	rev := res.Outcome.GetRevision()
+
+	// now=101: the rest of the old index entries go, including last's old
+	// one (expiry 11); last's new record (expiry 110) stays.
+	mustApply(t, st, &storev1.Proposal{NowUnixNanos: 101})
+	if got := countPrefix(t, st, prefixTxn); got != 1 {
+		t.Fatalf("after the second pass: %d remembered txns, want 1", got)
+	}
+	if got := countPrefix(t, st, prefixExpiry); got != 1 {
+		t.Fatalf("after the second pass: %d expiry entries, want 1", got)
+	}
+	// Expiry entries have empty values, so look for the key with Scan.
+	found := false
+	if err := st.Scan(expiryKey(110, last), nil, func(k, _ []byte) bool {
+		found = bytes.Equal(k, expiryKey(110, last))
+		return false
+	}); err != nil || !found {
+		t.Fatalf("expiry entry of the new record is gone (%v)", err)
+	}
+	retry.NowUnixNanos = 105
+	res = mustApply(t, st, retry)
+	if !res.Outcome.GetDuplicate() || res.Outcome.GetRevision() != rev {
+		t.Fatalf("second retry: %v, want the remembered outcome at %d", res.Outcome, rev)
+	}
+
+	// At 110 the new window ends too and everything is forgotten.
+	mustApply(t, st, &storev1.Proposal{NowUnixNanos: 110})
+	if a, b := countPrefix(t, st, prefixTxn), countPrefix(t, st, prefixExpiry); a != 0 || b != 0 {
+		t.Fatalf("at 110: %d txns, %d expiry entries left", a, b)
+	}
+}
+
+var errInjected = errors.New("injected storage failure")
+
+// failingStorage fails the failAt'th storage call (counting from 0).
+type failingStorage struct {
+	Storage
+	calls, failAt int
+	failed        bool
+}
+
+func (f *failingStorage) fail() bool {
+	n := f.calls
+	f.calls++
+	if n == f.failAt {
+		f.failed = true
+		return true
+	}
+	return false
+}
+
+func (f *failingStorage) Get(k []byte) ([]byte, error) {
+	if f.fail() {
+		return nil, errInjected
+	}
+	return f.Storage.Get(k)
+}
+
+func (f *failingStorage) Set(k, v []byte) error {
+	if f.fail() {
+		return errInjected
+	}
+	return f.Storage.Set(k, v)
+}
+
+func (f *failingStorage) Delete(k []byte) error {
+	if f.fail() {
+		return errInjected
+	}
+	return f.Storage.Delete(k)
+}
+
+func (f *failingStorage) Scan(lower, upper []byte, fn func(k, v []byte) bool) error {
+	if f.fail() {
+		return errInjected
+	}
+	return f.Storage.Scan(lower, upper, fn)
+}
+
+func cloneStorage(t *testing.T, st *MemStorage) *MemStorage {
+	t.Helper()
+	c := NewMemStorage()
+	for _, kv := range dumpStorage(t, st) {
+		if err := c.Set(kv.k, kv.v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+// TestApplyStorageErrors: whichever storage call fails, Apply reports it.
+func TestApplyStorageErrors(t *testing.T) {
+	base := NewMemStorage()
+	// State that makes the next proposal touch every path: a counter, a
+	// key to delete, a full change log, and an expiring txn.
+	mustApply(t, base, &storev1.Proposal{
+		TxnId:             "old",
+		Groups:            []*storev1.Group{{Ops: []*storev1.Op{putOp("/c", "1"), putOp("/d", "x")}}},
+		NowUnixNanos:      1,
+		DedupeWindowNanos: 5,
+		LogRetention:      1,
+	})
+	p := &storev1.Proposal{
+		TxnId:             "new",
+		NowUnixNanos:      10,
+		DedupeWindowNanos: 5,
+		LogRetention:      1,
+		Groups: []*storev1.Group{
+			{
+				Conditions: []*storev1.Condition{{Key: "/c", Version: 1}},
+				Ops: []*storev1.Op{
+					putOp("/p", "v"),
+					{Op: &storev1.Op_Delete{Delete: &storev1.Delete{Key: "/d"}}},
+					{Op: &storev1.Op_Add{Add: &storev1.Add{Key: "/c", Delta: 1, Min: 0, Max: 10}}},
+				},
+			},
+			{Conditions: []*storev1.Condition{{Key: "/none", Version: 3}}},
+		},
+	}
+	for failAt := 0; ; failAt++ {
+		fs := &failingStorage{Storage: cloneStorage(t, base), failAt: failAt}
+		_, err := Apply(fs, p)
+		if !fs.failed {
+			if err != nil {
+				t.Fatalf("no failure injected, Apply: %v", err)
+			}
+			if failAt < 10 {
+				t.Fatalf("Apply made only %d storage calls", failAt)
+			}
+			break
+		}
+		if !errors.Is(err, errInjected) {
+			t.Fatalf("storage call %d failed, Apply returned %v", failAt, err)
+		}
+	}
+}
+
+// TestApplyCorruptState: undecodable stored state is an error, not an
+// outcome.
+func TestApplyCorruptState(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		key  []byte
+		val  []byte
+		p    *storev1.Proposal
+	}{
+		{"record header", DataKey("/a"), []byte{}, &storev1.Proposal{Groups: []*storev1.Group{{Conditions: []*storev1.Condition{{Key: "/a"}}}}}},
+		{"record header add", DataKey("/a"), []byte{0x80}, &storev1.Proposal{Groups: []*storev1.Group{{Ops: []*storev1.Op{{Op: &storev1.Op_Add{Add: &storev1.Add{Key: "/a", Delta: 1, Max: 5}}}}}}}},
+		{"revision", []byte(metaRevision), []byte{1, 2, 3}, &storev1.Proposal{Groups: []*storev1.Group{{Ops: []*storev1.Op{putOp("/a", "x")}}}}},
+		{"clock", []byte(metaClock), []byte{1}, &storev1.Proposal{}},
+		{"log start", []byte(metaLogStart), []byte{1}, &storev1.Proposal{Groups: []*storev1.Group{{Ops: []*storev1.Op{putOp("/a", "x")}}}}},
+		{"txn record", txnKey("t"), []byte{0xff}, &storev1.Proposal{TxnId: "t"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := NewMemStorage()
+			if err := st.Set(tc.key, tc.val); err != nil {
+				t.Fatal(err)
+			}
+			if res, err := Apply(st, tc.p); err == nil {
+				t.Fatalf("Apply on corrupt %s: %v, want an error", tc.name, res.Outcome)
+			}
+		})
+	}
+}
+
+func TestKeys(t *testing.T) {
+	for _, k := range []string{"", "/a", "/machines/m1", "\xff"} {
+		if got := UserKey(DataKey(k)); got != k {
+			t.Errorf("UserKey(DataKey(%q)) = %q", k, got)
+		}
+	}
+	for _, tc := range []struct{ prefix, lower, upper string }{
+		{"", "d", "e"},
+		{"/a/", "d/a/", "d/a0"},
+		{"a\xff", "da\xff", "db"},
+		{"\xff\xff", "d\xff\xff", "e"},
+	} {
+		lo, up := DataBounds(tc.prefix)
+		if string(lo) != tc.lower || string(up) != tc.upper {
+			t.Errorf("DataBounds(%q) = %q, %q; want %q, %q", tc.prefix, lo, up, tc.lower, tc.upper)
+		}
+	}
+	if got := prefixEnd([]byte{0xff, 0xff}); got != nil {
+		t.Errorf("prefixEnd(ff ff) = %q, want nil", got)
+	}
+	// Log and expiry keys sort numerically.
+	for _, pair := range [][2]uint64{{1, 2}, {255, 256}, {1 << 32, 1<<32 + 1}} {
+		if bytes.Compare(LogKey(pair[0]), LogKey(pair[1])) >= 0 {
+			t.Errorf("LogKey(%d) does not sort before LogKey(%d)", pair[0], pair[1])
+		}
+		if bytes.Compare(expiryKey(int64(pair[0]), "z"), expiryKey(int64(pair[1]), "a")) >= 0 {
+			t.Errorf("expiryKey(%d) does not sort before expiryKey(%d)", pair[0], pair[1])
+		}
+	}
+	for _, v := range []uint64{0, 1, 1 << 40} {
+		for _, val := range []string{"", "x", "\x00\x01"} {
+			gotV, gotVal, err := DecodeRecord(EncodeRecord(v, []byte(val)))
+			if err != nil || gotV != v || string(gotVal) != val {
+				t.Errorf("record %d %q round trip: %d %q %v", v, val, gotV, gotVal, err)
+			}
+		}
+		if got, err := DecodeUint64(EncodeUint64(v)); err != nil || got != v {
+			t.Errorf("uint64 %d round trip: %d %v", v, got, err)
+		}
+	}
+	if _, _, err := DecodeRecord(nil); err == nil {
+		t.Error("DecodeRecord(nil): no error")
+	}
+	if v, err := DecodeUint64(nil); err != nil || v != 0 {
+		t.Errorf("DecodeUint64(nil) = %d, %v; want 0", v, err)
+	}
+	if _, err := DecodeUint64([]byte{1, 2}); err == nil {
+		t.Error("DecodeUint64 of 2 bytes: no error")
+	}
+}

@@ -1,0 +1,112 @@
+package engine
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Internal key prefixes; see the package comment.
+const (
+	prefixData    = 'd'
+	prefixLog     = 'l'
+	prefixTxn     = 't'
+	prefixExpiry  = 'x'
+	prefixMeta    = 'm'
+	metaRevision  = "mrev"
+	metaLogStart  = "mlogstart"
+	metaClock     = "mclock"
+	metaAppliedIx = "mapplied"
+)
+
+// DataKey is the storage key of user key k.
+func DataKey(k string) []byte {
+	b := make([]byte, 0, len(k)+1)
+	b = append(b, prefixData)
+	return append(b, k...)
+}
+
+// UserKey is the inverse of DataKey.
+func UserKey(dk []byte) string { return string(dk[1:]) }
+
+// DataBounds returns the storage key range [lower, upper) holding the user
+// keys that start with prefix.
+func DataBounds(prefix string) (lower, upper []byte) {
+	lower = DataKey(prefix)
+	return lower, prefixEnd(lower)
+}
+
+// prefixEnd returns the smallest key greater than every key with prefix p.
+func prefixEnd(p []byte) []byte {
+	end := append([]byte(nil), p...)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil // p is all 0xff: no upper bound
+}
+
+// LogKey is the storage key of revision rev's change set.
+func LogKey(rev uint64) []byte {
+	b := make([]byte, 9)
+	b[0] = prefixLog
+	binary.BigEndian.PutUint64(b[1:], rev)
+	return b
+}
+
+func txnKey(id string) []byte {
+	b := make([]byte, 0, len(id)+1)
+	b = append(b, prefixTxn)
+	return append(b, id...)
+}
+
+func expiryKey(expires int64, id string) []byte {
+	b := make([]byte, 9, 9+len(id))
+	b[0] = prefixExpiry
+	binary.BigEndian.PutUint64(b[1:], uint64(expires))
+	return append(b, id...)
+}
+
+// AppliedIndexKey is where the Raft state machine keeps its applied index,
+// written in the same batch as the data it covers.
+func AppliedIndexKey() []byte { return []byte(metaAppliedIx) }
+
+// EncodeRecord encodes a stored user value with its version.
+func EncodeRecord(version uint64, value []byte) []byte {
+	b := make([]byte, 0, binary.MaxVarintLen64+len(value))
+	b = binary.AppendUvarint(b, version)
+	return append(b, value...)
+}
+
+// DecodeRecord splits a stored user value into version and value. The value
+// aliases rec.
+func DecodeRecord(rec []byte) (version uint64, value []byte, err error) {
+	v, n := binary.Uvarint(rec)
+	if n <= 0 {
+		return 0, nil, errors.New("engine: corrupt record header")
+	}
+	return v, rec[n:], nil
+}
+
+// EncodeUint64 and DecodeUint64 store metadata counters.
+func EncodeUint64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
+
+// DecodeUint64 decodes a value written by EncodeUint64; a missing value
+// (nil) is 0.
+func DecodeUint64(b []byte) (uint64, error) {
+	if b == nil {
+		return 0, nil
+	}
+	if len(b) != 8 {
+		return 0, fmt.Errorf("engine: corrupt uint64 of %d bytes", len(b))
+	}
+	return binary.BigEndian.Uint64(b), nil
+}
+
+// RevisionKey is where the shard revision is kept.
+func RevisionKey() []byte { return []byte(metaRevision) }
+
+// LogStartKey is where the oldest revision still in the change log is kept.
+func LogStartKey() []byte { return []byte(metaLogStart) }

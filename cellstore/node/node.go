@@ -1,0 +1,293 @@
+// Package node runs one cell store node: a Dragonboat NodeHost holding a
+// replica of every shard, each an on-disk state machine on Pebble
+// (cellstore/statemachine), the watch hub fed by those replicas, the gRPC
+// store service, and an HTTP endpoint for health and Prometheus metrics.
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/lni/dragonboat/v4"
+	"github.com/lni/dragonboat/v4/client"
+	dbconfig "github.com/lni/dragonboat/v4/config"
+	sm "github.com/lni/dragonboat/v4/statemachine"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/troupe-cluster/troupe/cellstore/server"
+	"github.com/troupe-cluster/troupe/cellstore/statemachine"
+	"github.com/troupe-cluster/troupe/cellstore/watch"
+	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
+)
+
+// Node is a running store node.
+type Node struct {
+	cfg      Config
+	log      *zap.Logger
+	nh       *dragonboat.NodeHost
+	hub      *watch.Hub
+	registry *prometheus.Registry
+
+	mu  sync.Mutex
+	sms []*statemachine.StateMachine // by shard index, set as replicas open
+
+	grpcServer *grpc.Server
+	grpcLis    net.Listener
+	httpServer *http.Server
+	httpLis    net.Listener
+	closeOnce  sync.Once
+}
+
+// cellMeta is what a node's data directory records about its cell.
+type cellMeta struct {
+	Shards uint32 `json:"shards"`
+}
+
+// Start starts a store node. It returns once the node serves gRPC; shards
+// may still be electing leaders (see WaitReady).
+func Start(cfg Config) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := checkCellMeta(cfg.DataDir, cfg.Shards); err != nil {
+		return nil, err
+	}
+	quietenDragonboat()
+	n := &Node{cfg: cfg, log: cfg.Logger, hub: watch.NewHub(cfg.Watch, cfg.Shards), registry: prometheus.NewRegistry(),
+		sms: make([]*statemachine.StateMachine, cfg.Shards)}
+	if err := n.startRaft(); err != nil {
+		return nil, err
+	}
+	if err := n.startGRPC(); err != nil {
+		n.nh.Close()
+		return nil, err
+	}
+	if err := n.startHTTP(); err != nil {
+		n.Close()
+		return nil, err
+	}
+	n.log.Info("store node started", zap.Uint64("node", cfg.NodeID), zap.String("grpc", n.GRPCAddr()),
+		zap.String("raft", cfg.RaftAddr), zap.Uint32("shards", cfg.Shards))
+	return n, nil
+}
+
+// checkCellMeta records the shard count on first start and refuses to
+// start with another one later.
+func checkCellMeta(dir string, shards uint32) error {
+	path := filepath.Join(dir, "cell.json")
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		b, _ = json.Marshal(cellMeta{Shards: shards})
+		return os.WriteFile(path, b, 0o644)
+	}
+	if err != nil {
+		return err
+	}
+	var m cellMeta
+	if err := json.Unmarshal(b, &m); err != nil {
+		return fmt.Errorf("node: %s: %w", path, err)
+	}
+	if m.Shards != shards {
+		return fmt.Errorf("node: the cell in %s was created with %d shards, not %d; the shard count cannot change", dir, m.Shards, shards)
+	}
+	return nil
+}
+
+func (n *Node) startRaft() error {
+	cfg := n.cfg
+	nhc := dbconfig.NodeHostConfig{
+		NodeHostDir:    filepath.Join(cfg.DataDir, "raft"),
+		RTTMillisecond: uint64(cfg.RTT / time.Millisecond),
+		RaftAddress:    cfg.RaftAddr,
+		Expert:         dbconfig.ExpertConfig{LogDB: logDBConfigs[cfg.LogDBMemory]()},
+	}
+	nh, err := dragonboat.NewNodeHost(nhc)
+	if err != nil {
+		return fmt.Errorf("node: start raft host: %w", err)
+	}
+	n.nh = nh
+	members := map[uint64]dragonboat.Target{}
+	for id, addr := range cfg.members() {
+		members[id] = addr
+	}
+	smCfg := statemachine.Config{Dir: filepath.Join(cfg.DataDir, "state"), Logger: n.log, Observer: n.hub}
+	sessions := make([]*client.Session, cfg.Shards)
+	for i := range cfg.Shards {
+		rc := dbconfig.Config{
+			ReplicaID:          cfg.NodeID,
+			ShardID:            shardID(i),
+			ElectionRTT:        cfg.ElectionRTT,
+			HeartbeatRTT:       cfg.HeartbeatRTT,
+			CheckQuorum:        true,
+			PreVote:            true,
+			SnapshotEntries:    cfg.SnapshotEntries,
+			CompactionOverhead: cfg.CompactionOverhead,
+		}
+		create := func(uint64, uint64) sm.IOnDiskStateMachine {
+			m := statemachine.New(smCfg, i)
+			n.hub.Attach(i, m)
+			n.mu.Lock()
+			n.sms[i] = m
+			n.mu.Unlock()
+			return m
+		}
+		if err := nh.StartOnDiskReplica(members, cfg.Join, create, rc); err != nil {
+			nh.Close()
+			return fmt.Errorf("node: start shard %d: %w", i, err)
+		}
+		sessions[i] = nh.GetNoOPSession(shardID(i))
+	}
+	backend := &raftBackend{nh: nh, n: n, sessions: sessions}
+	scfg := cfg.Server
+	scfg.Logger = n.log
+	scfg.Metrics = server.NewMetrics(n.registry)
+	srv, err := server.New(scfg, backend, n.hub, cfg.Shards)
+	if err != nil {
+		nh.Close()
+		return err
+	}
+	n.grpcServer = grpc.NewServer(grpc.MaxRecvMsgSize(cfg.Server.Limits.MaxRequestBytes + 64<<10))
+	storev1.RegisterStoreServer(n.grpcServer, srv)
+	n.registry.MustRegister(&raftCollector{n: n}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return nil
+}
+
+func (n *Node) startGRPC() error {
+	lis, err := net.Listen("tcp", n.cfg.GRPCAddr)
+	if err != nil {
+		return fmt.Errorf("node: listen for gRPC on %s: %w", n.cfg.GRPCAddr, err)
+	}
+	n.grpcLis = lis
+	go func() {
+		if err := n.grpcServer.Serve(lis); err != nil {
+			n.log.Error("gRPC server stopped", zap.Error(err))
+		}
+	}()
+	return nil
+}
+
+func (n *Node) startHTTP() error {
+	if n.cfg.HTTPAddr == "" {
+		return nil
+	}
+	lis, err := net.Listen("tcp", n.cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("node: listen for HTTP on %s: %w", n.cfg.HTTPAddr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(n.registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", n.serveHealth)
+	n.httpLis = lis
+	n.httpServer = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := n.httpServer.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			n.log.Error("HTTP server stopped", zap.Error(err))
+		}
+	}()
+	return nil
+}
+
+// serveHealth answers 200 when every shard has a leader this node knows of.
+func (n *Node) serveHealth(w http.ResponseWriter, _ *http.Request) {
+	if err := n.Healthy(); err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintln(w, "ok")
+}
+
+// Healthy returns nil when every shard has a known leader.
+func (n *Node) Healthy() error {
+	for i := range n.cfg.Shards {
+		if _, _, ok, err := n.nh.GetLeaderID(shardID(i)); err != nil || !ok {
+			return fmt.Errorf("shard %d has no leader", i)
+		}
+	}
+	return nil
+}
+
+// WaitReady waits until every shard has a leader, or ctx ends.
+func (n *Node) WaitReady(ctx context.Context) error {
+	t := time.NewTicker(n.cfg.RTT)
+	defer t.Stop()
+	for {
+		err := n.Healthy()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("node %d not ready: %w", n.cfg.NodeID, err)
+		case <-t.C:
+		}
+	}
+}
+
+// GRPCAddr is the address the gRPC service listens on.
+func (n *Node) GRPCAddr() string { return n.grpcLis.Addr().String() }
+
+// HTTPAddr is the address of the health and metrics endpoint ("" if off).
+func (n *Node) HTTPAddr() string {
+	if n.httpLis == nil {
+		return ""
+	}
+	return n.httpLis.Addr().String()
+}
+
+// ID is the node's replica ID.
+func (n *Node) ID() uint64 { return n.cfg.NodeID }
+
+// Status describes the node and its shards.
+func (n *Node) Status() *storev1.StatusResponse {
+	st := &storev1.StatusResponse{ReplicaId: n.cfg.NodeID, RaftAddress: n.cfg.RaftAddr, GrpcAddress: n.GRPCAddr(), ShardCount: n.cfg.Shards}
+	for i := range n.cfg.Shards {
+		ss := &storev1.ShardStatus{Shard: i, RaftShardId: shardID(i)}
+		if leader, term, ok, err := n.nh.GetLeaderID(shardID(i)); err == nil && ok {
+			ss.LeaderReplicaId, ss.Term, ss.IsLeader = leader, term, leader == n.cfg.NodeID
+		}
+		if m := n.stateMachine(i); m != nil {
+			ss.AppliedIndex, ss.Revision = m.AppliedIndex(), m.Revision()
+			if lr, err := m.ReadLog(0, 0); err == nil {
+				ss.LogOldestRevision = lr.Oldest
+			}
+		}
+		st.Shards = append(st.Shards, ss)
+	}
+	return st
+}
+
+func (n *Node) stateMachine(i uint32) *statemachine.StateMachine {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.sms[i]
+}
+
+// NodeHost exposes the Raft host, for tests and membership tools.
+func (n *Node) NodeHost() *dragonboat.NodeHost { return n.nh }
+
+// Close stops the node: gRPC, HTTP, then the Raft host (which closes the
+// state machines).
+func (n *Node) Close() {
+	n.closeOnce.Do(func() {
+		if n.httpServer != nil {
+			n.httpServer.Close()
+		}
+		n.grpcServer.Stop()
+		n.nh.Close()
+	})
+}

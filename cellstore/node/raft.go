@@ -1,0 +1,123 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/lni/dragonboat/v4"
+	"github.com/lni/dragonboat/v4/client"
+	dbconfig "github.com/lni/dragonboat/v4/config"
+	"github.com/lni/dragonboat/v4/logger"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/troupe-cluster/troupe/cellstore/server"
+	"github.com/troupe-cluster/troupe/cellstore/statemachine"
+	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
+)
+
+var logDBConfigs = map[string]func() dbconfig.LogDBConfig{
+	"tiny":   dbconfig.GetTinyMemLogDBConfig,
+	"small":  dbconfig.GetSmallMemLogDBConfig,
+	"medium": dbconfig.GetMediumMemLogDBConfig,
+	"large":  dbconfig.GetLargeMemLogDBConfig,
+}
+
+var quietDragonboat sync.Once
+
+// quietenDragonboat sets Dragonboat's package loggers to error level. They
+// are process-wide; Troupe's own logs go through zap.
+func quietenDragonboat() {
+	quietDragonboat.Do(func() {
+		for _, name := range []string{"config", "dragonboat", "gossip", "logdb", "LogDB", "pebblekv", "raft", "raftpb",
+			"registry", "rsm", "server", "settings", "tan", "tools", "transport", "raft-mt", "grpc"} {
+			logger.GetLogger(name).SetLevel(logger.ERROR)
+		}
+	})
+}
+
+// shardID is the Dragonboat shard ID of shard index i (Dragonboat reserves
+// 0).
+func shardID(i uint32) uint64 { return uint64(i) + 1 }
+
+// raftBackend implements server.Backend with a Dragonboat NodeHost.
+type raftBackend struct {
+	nh       *dragonboat.NodeHost
+	n        *Node
+	sessions []*client.Session
+}
+
+var _ server.Backend = (*raftBackend)(nil)
+
+func (b *raftBackend) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, b.n.cfg.ProposalTimeout)
+}
+
+// Propose implements server.Backend.
+func (b *raftBackend) Propose(ctx context.Context, shard uint32, p *storev1.Proposal) (*storev1.Outcome, error) {
+	cmd, err := proto.Marshal(p)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "encode proposal: %v", err)
+	}
+	ctx, cancel := b.withTimeout(ctx)
+	defer cancel()
+	res, err := b.nh.SyncPropose(ctx, b.sessions[shard], cmd)
+	if err != nil {
+		return nil, raftError("commit", shard, err)
+	}
+	if res.Value != statemachine.ResultOutcome {
+		return nil, status.Errorf(codes.Internal, "commit: shard %d rejected the proposal: %s", shard, res.Data)
+	}
+	out := &storev1.Outcome{}
+	if err := proto.Unmarshal(res.Data, out); err != nil {
+		return nil, status.Errorf(codes.Internal, "commit: shard %d: decode outcome: %v", shard, err)
+	}
+	return out, nil
+}
+
+// Read implements server.Backend.
+func (b *raftBackend) Read(ctx context.Context, shard uint32, q any, linearizable bool) (any, error) {
+	var (
+		res any
+		err error
+	)
+	if linearizable {
+		ctx, cancel := b.withTimeout(ctx)
+		defer cancel()
+		res, err = b.nh.SyncRead(ctx, shardID(shard), q)
+	} else {
+		res, err = b.nh.StaleRead(shardID(shard), q)
+	}
+	if err != nil {
+		return nil, raftError("read", shard, err)
+	}
+	return res, nil
+}
+
+// raftError maps Dragonboat's errors to gRPC status errors. Whether a
+// timed-out commit was applied is unknown (DEADLINE_EXCEEDED): the client
+// retries it with the same txn_id and the store's dedupe makes that safe.
+func raftError(op string, shard uint32, err error) error {
+	code := codes.Unavailable
+	switch {
+	case errors.Is(err, dragonboat.ErrSystemBusy):
+		code = codes.ResourceExhausted
+	case errors.Is(err, dragonboat.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+		code = codes.DeadlineExceeded
+	case errors.Is(err, dragonboat.ErrCanceled), errors.Is(err, context.Canceled):
+		code = codes.Canceled
+	case errors.Is(err, dragonboat.ErrPayloadTooBig):
+		code = codes.InvalidArgument
+	}
+	return status.Errorf(code, "%s: shard %d: %v", op, shard, err)
+}
+
+// Status implements server.Backend.
+func (b *raftBackend) Status(context.Context) (*storev1.StatusResponse, error) {
+	return b.n.Status(), nil
+}

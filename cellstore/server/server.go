@@ -1,0 +1,356 @@
+// Package server is the cell store's gRPC service. It validates and
+// authorizes requests, routes each group to its shard, proposes one Raft
+// entry per shard touched, and merges the per-shard outcomes into the reply.
+// Reads go to a shard's replica after a ReadIndex (or straight to the local
+// replica when stale reads are asked for); watches are served from the
+// node's watch.Hub.
+//
+// The Backend interface hides Raft: cellstore/node implements it with
+// Dragonboat.
+package server
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/troupe-cluster/troupe/cellstore/keyspace"
+	"github.com/troupe-cluster/troupe/cellstore/statemachine"
+	"github.com/troupe-cluster/troupe/cellstore/watch"
+	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
+)
+
+// Backend is the replicated shards of one store node. Its methods are safe
+// for concurrent use and return gRPC status errors.
+type Backend interface {
+	// Propose replicates p on shard and returns the outcome of applying it.
+	Propose(ctx context.Context, shard uint32, p *storev1.Proposal) (*storev1.Outcome, error)
+	// Read answers a statemachine query on shard, linearizably (after a
+	// ReadIndex) or from the local replica.
+	Read(ctx context.Context, shard uint32, q any, linearizable bool) (any, error)
+	// Status describes the node and its shards.
+	Status(ctx context.Context) (*storev1.StatusResponse, error)
+}
+
+// Config configures a Server.
+type Config struct {
+	Limits Limits
+	// DedupeWindow is how long the outcome of a txn_id is remembered.
+	DedupeWindow time.Duration
+	// LogRetention is how many revisions of change log each shard keeps.
+	LogRetention uint64
+	// ProgressInterval is how often an idle watch gets a progress
+	// notification.
+	ProgressInterval time.Duration
+	// MaxInflight bounds the proposals in flight on this node; beyond it
+	// commits fail fast with RESOURCE_EXHAUSTED.
+	MaxInflight int
+	Authorizer  Authorizer
+	// Now is the clock whose readings go into proposals.
+	Now     func() time.Time
+	Logger  *zap.Logger
+	Metrics *Metrics
+}
+
+// DefaultConfig returns a Server configuration with the default knobs.
+func DefaultConfig() Config {
+	return Config{
+		Limits:           DefaultLimits(),
+		DedupeWindow:     10 * time.Minute,
+		LogRetention:     100000,
+		ProgressInterval: time.Second,
+		MaxInflight:      4096,
+		Authorizer:       AllowAll{},
+		Now:              time.Now,
+		Logger:           zap.NewNop(),
+	}
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	if err := c.Limits.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case c.DedupeWindow <= 0:
+		return fmt.Errorf("server: DedupeWindow must be positive, got %v", c.DedupeWindow)
+	case c.LogRetention == 0:
+		return fmt.Errorf("server: LogRetention must be positive")
+	case c.ProgressInterval <= 0:
+		return fmt.Errorf("server: ProgressInterval must be positive, got %v", c.ProgressInterval)
+	case c.MaxInflight <= 0:
+		return fmt.Errorf("server: MaxInflight must be positive, got %d", c.MaxInflight)
+	case c.Authorizer == nil || c.Now == nil || c.Logger == nil:
+		return fmt.Errorf("server: Authorizer, Now and Logger are required")
+	}
+	return nil
+}
+
+// Server implements storev1.StoreServer.
+type Server struct {
+	storev1.UnimplementedStoreServer
+	cfg      Config
+	backend  Backend
+	hub      *watch.Hub
+	router   keyspace.Router
+	inflight chan struct{}
+}
+
+var _ storev1.StoreServer = (*Server)(nil)
+
+// New returns a Server over backend and hub for a cell of shards shards.
+func New(cfg Config, backend Backend, hub *watch.Hub, shards uint32) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics(nil)
+	}
+	return &Server{cfg: cfg, backend: backend, hub: hub, router: keyspace.NewRouter(shards), inflight: make(chan struct{}, cfg.MaxInflight)}, nil
+}
+
+// Commit implements storev1.StoreServer.
+func (s *Server) Commit(ctx context.Context, req *storev1.CommitRequest) (resp *storev1.CommitResponse, err error) {
+	start := time.Now()
+	defer func() { s.cfg.Metrics.observeCommit(resp, err, time.Since(start)) }()
+	failures, err := s.cfg.Limits.ValidateCommit(req)
+	if err != nil {
+		return nil, err
+	}
+	shardOf, err := s.route(req)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.admit(ctx, Access{Method: "Commit", Keys: commitKeys(req), Write: true}); err != nil {
+		return nil, err
+	}
+	resp = &storev1.CommitResponse{Groups: make([]*storev1.GroupResult, len(req.GetGroups()))}
+	for i, f := range failures {
+		if f != nil {
+			resp.Groups[i] = &storev1.GroupResult{Failure: f, Shard: shardOf[i]}
+		}
+	}
+	if req.GetAtomic() && slices.ContainsFunc(failures, func(f *storev1.Failure) bool { return f != nil }) {
+		for i, g := range resp.Groups {
+			if g == nil {
+				resp.Groups[i] = &storev1.GroupResult{Shard: shardOf[i], Failure: &storev1.Failure{
+					Reason: storev1.FailureReason_FAILURE_REASON_ABORTED, Message: "another group of the atomic request failed"}}
+			}
+		}
+		return resp, nil
+	}
+	props := s.proposals(req, shardOf, failures)
+	if err := s.propose(ctx, props, resp); err != nil {
+		return nil, err
+	}
+	for i, g := range resp.Groups {
+		g.Shard = shardOf[i]
+	}
+	return resp, nil
+}
+
+// route returns the shard of each group, refusing groups that span shards
+// and atomic requests whose groups do.
+func (s *Server) route(req *storev1.CommitRequest) ([]uint32, error) {
+	shardOf := make([]uint32, len(req.GetGroups()))
+	for gi, g := range req.GetGroups() {
+		first := ""
+		for _, k := range groupKeys(g) {
+			sh := s.router.Shard(k)
+			if first == "" {
+				first, shardOf[gi] = k, sh
+			} else if sh != shardOf[gi] {
+				return nil, errf(errCrossShard, "commit: group %d spans shards %d (%q) and %d (%q); cross-shard groups are not supported yet", gi, shardOf[gi], first, sh, k)
+			}
+		}
+		if req.GetAtomic() && shardOf[gi] != shardOf[0] {
+			return nil, errf(errCrossShard, "commit: atomic request spans shards %d (group 0) and %d (group %d); cross-shard atomic requests are not supported yet", shardOf[0], shardOf[gi], gi)
+		}
+	}
+	return shardOf, nil
+}
+
+func groupKeys(g *storev1.Group) []string {
+	keys := make([]string, 0, len(g.GetConditions())+len(g.GetOps()))
+	for _, c := range g.GetConditions() {
+		keys = append(keys, c.GetKey())
+	}
+	for _, op := range g.GetOps() {
+		k, _, _ := opKeyValue(op)
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+func commitKeys(req *storev1.CommitRequest) []string {
+	var keys []string
+	for _, g := range req.GetGroups() {
+		keys = append(keys, groupKeys(g)...)
+	}
+	return keys
+}
+
+type shardProposal struct {
+	shard uint32
+	p     *storev1.Proposal
+}
+
+// proposals splits req into one proposal per shard, leaving out groups that
+// already failed validation.
+func (s *Server) proposals(req *storev1.CommitRequest, shardOf []uint32, failures []*storev1.Failure) []shardProposal {
+	hash := requestHash(req)
+	now := s.cfg.Now().UnixNano()
+	var out []shardProposal
+	for gi, g := range req.GetGroups() {
+		if failures[gi] != nil {
+			continue
+		}
+		i := slices.IndexFunc(out, func(sp shardProposal) bool { return sp.shard == shardOf[gi] })
+		if i < 0 {
+			out = append(out, shardProposal{shard: shardOf[gi], p: &storev1.Proposal{
+				TxnId:             req.GetTxnId(),
+				Atomic:            req.GetAtomic(),
+				NowUnixNanos:      now,
+				DedupeWindowNanos: int64(s.cfg.DedupeWindow),
+				LogRetention:      s.cfg.LogRetention,
+				RequestHash:       hash,
+			}})
+			i = len(out) - 1
+		}
+		out[i].p.Groups = append(out[i].p.Groups, g)
+		out[i].p.GroupIndexes = append(out[i].p.GroupIndexes, uint32(gi))
+	}
+	return out
+}
+
+// requestHash identifies a request's content, so that a txn_id reused for
+// another request is told apart from a retry.
+func requestHash(req *storev1.CommitRequest) uint64 {
+	b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(&storev1.CommitRequest{Groups: req.GetGroups(), Atomic: req.GetAtomic()})
+	h := fnv.New64a()
+	h.Write(b)
+	return h.Sum64()
+}
+
+// propose runs the proposals (in parallel when there are several) and
+// merges their outcomes into resp.
+func (s *Server) propose(ctx context.Context, props []shardProposal, resp *storev1.CommitResponse) error {
+	for range props {
+		select {
+		case s.inflight <- struct{}{}:
+		default:
+			return errOverloaded
+		}
+	}
+	defer func() {
+		for range props {
+			<-s.inflight
+		}
+	}()
+	outs := make([]*storev1.Outcome, len(props))
+	errs := make([]error, len(props))
+	if len(props) == 1 {
+		outs[0], errs[0] = s.backend.Propose(ctx, props[0].shard, props[0].p)
+	} else {
+		var wg sync.WaitGroup
+		for i, sp := range props {
+			wg.Go(func() { outs[i], errs[i] = s.backend.Propose(ctx, sp.shard, sp.p) })
+		}
+		wg.Wait()
+	}
+	for i, out := range outs {
+		if errs[i] != nil {
+			return errs[i]
+		}
+		if len(out.GetGroups()) != len(out.GetGroupIndexes()) {
+			return errf(codes.Internal, "commit: shard %d returned %d results for %d groups", props[i].shard, len(out.GetGroups()), len(out.GetGroupIndexes()))
+		}
+		resp.Duplicate = resp.Duplicate || out.GetDuplicate()
+		for j, gi := range out.GetGroupIndexes() {
+			resp.Groups[gi] = out.GetGroups()[j]
+		}
+	}
+	return nil
+}
+
+// Get implements storev1.StoreServer.
+func (s *Server) Get(ctx context.Context, req *storev1.GetRequest) (*storev1.GetResponse, error) {
+	if err := s.cfg.Limits.checkKey("get", req.GetKey()); err != nil {
+		return nil, err
+	}
+	if err := s.admit(ctx, Access{Method: "Get", Keys: []string{req.GetKey()}}); err != nil {
+		return nil, err
+	}
+	res, err := s.backend.Read(ctx, s.router.Shard(req.GetKey()), statemachine.GetQuery{Key: req.GetKey()}, !req.GetStale())
+	if err != nil {
+		return nil, err
+	}
+	r := res.(*statemachine.GetResult)
+	s.cfg.Metrics.reads.WithLabelValues("get").Inc()
+	return &storev1.GetResponse{Kv: r.KV, Revision: r.Revision}, nil
+}
+
+// Range implements storev1.StoreServer. With several shards under the
+// prefix it reads a page from each and merges them in key order.
+func (s *Server) Range(ctx context.Context, req *storev1.RangeRequest) (*storev1.RangeResponse, error) {
+	if err := s.admit(ctx, Access{Method: "Range", Prefix: req.GetPrefix()}); err != nil {
+		return nil, err
+	}
+	after := string(req.GetContinuation())
+	if after != "" && !bytes.HasPrefix(req.GetContinuation(), []byte(req.GetPrefix())) {
+		return nil, errf(errInvalid, "range: continuation does not belong to prefix %q", req.GetPrefix())
+	}
+	limit := s.cfg.Limits.rangeLimit(req.GetLimit())
+	shards := s.router.PrefixShards(req.GetPrefix())
+	cursor := s.localCursor()
+	resp := &storev1.RangeResponse{}
+	more := false
+	for _, sh := range shards {
+		res, err := s.backend.Read(ctx, sh, statemachine.RangeQuery{Prefix: req.GetPrefix(), After: after, Limit: limit}, !req.GetStale())
+		if err != nil {
+			return nil, err
+		}
+		r := res.(*statemachine.RangeResult)
+		resp.Kvs = append(resp.Kvs, r.KVs...)
+		more = more || r.More
+		cursor[sh] = r.Revision
+	}
+	if len(shards) > 1 {
+		slices.SortFunc(resp.Kvs, func(a, b *storev1.KeyValue) int { return strings.Compare(a.GetKey(), b.GetKey()) })
+	}
+	if len(resp.Kvs) > limit {
+		resp.Kvs, more = resp.Kvs[:limit], true
+	}
+	if more && len(resp.Kvs) > 0 {
+		resp.Continuation = []byte(resp.Kvs[len(resp.Kvs)-1].GetKey())
+	}
+	resp.Cursor = cursor.Encode()
+	s.cfg.Metrics.reads.WithLabelValues("range").Inc()
+	return resp, nil
+}
+
+// localCursor is this replica's revision of every shard.
+func (s *Server) localCursor() keyspace.Cursor {
+	c := make(keyspace.Cursor, s.router.Shards())
+	for i := range c {
+		c[i] = s.hub.Revision(uint32(i))
+	}
+	return c
+}
+
+// Status implements storev1.StoreServer.
+func (s *Server) Status(ctx context.Context, _ *storev1.StatusRequest) (*storev1.StatusResponse, error) {
+	if err := s.admit(ctx, Access{Method: "Status"}); err != nil {
+		return nil, err
+	}
+	return s.backend.Status(ctx)
+}

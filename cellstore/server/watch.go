@@ -1,0 +1,139 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/status"
+
+	"github.com/troupe-cluster/troupe/cellstore/keyspace"
+	"github.com/troupe-cluster/troupe/cellstore/watch"
+	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
+)
+
+// maxRevisionsPerBatch bounds the revisions one watch response covers.
+const maxRevisionsPerBatch = 256
+
+// shardBatch is what a shard reader hands to the stream: the matching
+// events of the revisions it read, and the last revision read.
+type shardBatch struct {
+	shard  uint32
+	last   uint64
+	events []*storev1.Event
+	err    error
+}
+
+// Watch implements storev1.StoreServer. One reader goroutine per shard
+// under the prefix follows that shard's history and passes batches to this
+// goroutine, which keeps the cursor and sends. A shard's batches arrive in
+// revision order, so every cursor sent covers exactly what was sent before
+// it.
+func (s *Server) Watch(req *storev1.WatchRequest, stream storev1.Store_WatchServer) error {
+	ctx := stream.Context()
+	if err := s.admit(ctx, Access{Method: "Watch", Prefix: req.GetPrefix()}); err != nil {
+		return err
+	}
+	cursor := s.localCursor()
+	if len(req.GetCursor()) > 0 {
+		c, err := keyspace.DecodeCursor(req.GetCursor(), s.router.Shards())
+		if err != nil {
+			return errf(errInvalid, "watch: %v", err)
+		}
+		cursor = c
+	}
+	s.cfg.Metrics.watchers.Inc()
+	defer s.cfg.Metrics.watchers.Dec()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	batches := make(chan shardBatch, 16)
+	for _, sh := range s.router.PrefixShards(req.GetPrefix()) {
+		go s.followShard(ctx, sh, cursor[sh], req.GetPrefix(), batches)
+	}
+	ticker := time.NewTicker(s.cfg.ProgressInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case b := <-batches:
+			if b.err != nil {
+				return s.watchError(b.err, cursor)
+			}
+			cursor[b.shard] = b.last
+			if len(b.events) == 0 {
+				continue
+			}
+			if err := stream.Send(&storev1.WatchResponse{Events: b.events, Cursor: cursor.Encode()}); err != nil {
+				return err
+			}
+			s.cfg.Metrics.watchEvents.Add(float64(len(b.events)))
+		case <-ticker.C:
+			if err := stream.Send(&storev1.WatchResponse{Cursor: cursor.Encode(), Progress: true}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// followShard reads shard's history after revision from and sends the
+// events under prefix, batch by batch, until ctx ends or an error occurs.
+func (s *Server) followShard(ctx context.Context, shard uint32, from uint64, prefix string, out chan<- shardBatch) {
+	for {
+		entries, wait, err := s.hub.Next(shard, from, maxRevisionsPerBatch)
+		if err != nil {
+			select {
+			case out <- shardBatch{shard: shard, err: err}:
+			case <-ctx.Done():
+			}
+			return
+		}
+		if wait != nil {
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return
+			}
+		}
+		b := shardBatch{shard: shard, last: entries[len(entries)-1].Revision}
+		for _, e := range entries {
+			for _, ev := range e.Changes.GetEvents() {
+				if strings.HasPrefix(ev.GetKv().GetKey(), prefix) {
+					b.events = append(b.events, &storev1.Event{Type: ev.GetType(), Kv: ev.GetKv(), Shard: shard})
+				}
+			}
+		}
+		select {
+		case out <- b:
+			from = b.last
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// watchError turns a reader's error into the stream's final status; a
+// compacted cursor gets OUT_OF_RANGE with the oldest usable cursor.
+func (s *Server) watchError(err error, cursor keyspace.Cursor) error {
+	var ce *watch.CompactedError
+	if !errors.As(err, &ce) {
+		return errf(errUnavailableCode, "watch: %v", err)
+	}
+	s.cfg.Metrics.compacted.Inc()
+	oldest := cursor.Clone()
+	if ce.Oldest > 0 {
+		oldest[ce.Shard] = ce.Oldest - 1
+	}
+	st, derr := status.New(errCompactedCode, "watch: "+ce.Error()+"; relist and watch from the new cursor").WithDetails(&storev1.CompactedDetail{
+		Shard:             ce.Shard,
+		RequestedRevision: ce.Requested,
+		OldestRevision:    ce.Oldest,
+		OldestCursor:      oldest.Encode(),
+	})
+	if derr != nil {
+		return errf(errCompactedCode, "watch: %v", ce)
+	}
+	return st.Err()
+}

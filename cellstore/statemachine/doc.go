@@ -1,0 +1,16 @@
+// Package statemachine runs the transaction engine inside a Dragonboat v4
+// on-disk state machine whose state lives in Pebble.
+//
+// Each replica of each shard owns one Pebble database. Update applies a
+// batch of Raft entries through engine.Apply on one indexed Pebble batch and
+// writes the last applied Raft index into the same batch, so data and
+// applied index are always persisted together; Open returns that index and
+// Dragonboat replays the entries after it. Snapshots stream every key of a
+// Pebble snapshot; recovery loads them into a fresh database directory and
+// switches to it atomically through a CURRENT file, so a crash in the middle
+// of a recovery leaves the old state intact.
+//
+// Dragonboat may call Lookup and SaveSnapshot concurrently with Update;
+// reads take a read lock on the database handle, which only
+// RecoverFromSnapshot replaces.
+package statemachine

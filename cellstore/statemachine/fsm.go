@@ -1,0 +1,238 @@
+package statemachine
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+	sm "github.com/lni/dragonboat/v4/statemachine"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/troupe-cluster/troupe/cellstore/engine"
+	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
+)
+
+// Result codes in sm.Result.Value.
+const (
+	// ResultOutcome: Data holds an encoded storev1.Outcome.
+	ResultOutcome uint64 = 1
+	// ResultRejected: the entry could not be decoded; Data holds the reason.
+	ResultRejected uint64 = 2
+)
+
+// Observer learns of committed changes as this replica applies them. Calls
+// for one shard come from one goroutine, in revision order.
+type Observer interface {
+	// Applied reports the change set written at revision rev.
+	Applied(shard uint32, rev uint64, cs *storev1.ChangeSet)
+	// Reset reports that the shard's state was replaced by a snapshot.
+	Reset(shard uint32)
+}
+
+// Config is what every state machine of a store node shares.
+type Config struct {
+	// Dir holds one subdirectory per shard.
+	Dir      string
+	Logger   *zap.Logger
+	Observer Observer
+}
+
+// StateMachine is one replica of one shard.
+type StateMachine struct {
+	cfg   Config
+	shard uint32 // shard index; the Raft shard ID is shard+1
+	dir   string
+
+	mu sync.RWMutex // guards db against replacement by a snapshot
+	db *pebble.DB
+
+	applied  atomic.Uint64
+	revision atomic.Uint64
+}
+
+var _ sm.IOnDiskStateMachine = (*StateMachine)(nil)
+
+// New returns the state machine of shard index shard. Open must be called
+// (by Dragonboat) before use.
+func New(cfg Config, shard uint32) *StateMachine {
+	return &StateMachine{cfg: cfg, shard: shard, dir: filepath.Join(cfg.Dir, fmt.Sprintf("shard-%d", shard))}
+}
+
+// Shard is the shard index this replica serves.
+func (s *StateMachine) Shard() uint32 { return s.shard }
+
+// AppliedIndex is the last Raft index applied.
+func (s *StateMachine) AppliedIndex() uint64 { return s.applied.Load() }
+
+// Revision is the shard revision as of the last applied entry.
+func (s *StateMachine) Revision() uint64 { return s.revision.Load() }
+
+// Open opens (or creates) the replica's database and returns the applied
+// index persisted with it.
+func (s *StateMachine) Open(<-chan struct{}) (uint64, error) {
+	if err := os.MkdirAll(s.dir, 0o755); err != nil {
+		return 0, err
+	}
+	name, err := s.currentDB()
+	if err != nil {
+		return 0, err
+	}
+	if name == "" {
+		name = "db-1"
+		if err := s.setCurrentDB(name); err != nil {
+			return 0, err
+		}
+	}
+	db, err := openPebble(filepath.Join(s.dir, name), s.cfg.Logger)
+	if err != nil {
+		return 0, fmt.Errorf("shard %d: open %s: %w", s.shard, name, err)
+	}
+	s.db = db
+	if err := s.loadMeta(); err != nil {
+		return 0, err
+	}
+	return s.applied.Load(), nil
+}
+
+// loadMeta reads the applied index and revision from the database.
+func (s *StateMachine) loadMeta() error {
+	for _, m := range []struct {
+		key []byte
+		dst *atomic.Uint64
+	}{{engine.AppliedIndexKey(), &s.applied}, {engine.RevisionKey(), &s.revision}} {
+		b, err := getValue(s.db, m.key)
+		if err != nil {
+			return err
+		}
+		v, err := engine.DecodeUint64(b)
+		if err != nil {
+			return fmt.Errorf("shard %d: %w", s.shard, err)
+		}
+		m.dst.Store(v)
+	}
+	return nil
+}
+
+// Update applies committed entries in one Pebble batch, with the last
+// entry's index as the new applied index.
+func (s *StateMachine) Update(entries []sm.Entry) ([]sm.Entry, error) {
+	if len(entries) == 0 {
+		return entries, nil
+	}
+	type change struct {
+		rev uint64
+		cs  *storev1.ChangeSet
+	}
+	var changes []change
+	b := s.db.NewIndexedBatch()
+	st := batchStorage{b}
+	for i := range entries {
+		e := &entries[i]
+		if e.Index <= s.applied.Load() {
+			panic(fmt.Sprintf("shard %d: entry %d already applied (applied index %d)", s.shard, e.Index, s.applied.Load()))
+		}
+		p := &storev1.Proposal{}
+		if err := proto.Unmarshal(e.Cmd, p); err != nil {
+			e.Result = sm.Result{Value: ResultRejected, Data: []byte("undecodable proposal: " + err.Error())}
+			continue
+		}
+		res, err := engine.Apply(st, p)
+		if err != nil {
+			return nil, fmt.Errorf("shard %d: apply entry %d: %w", s.shard, e.Index, err)
+		}
+		data, err := proto.Marshal(res.Outcome)
+		if err != nil {
+			return nil, err
+		}
+		e.Result = sm.Result{Value: ResultOutcome, Data: data}
+		if res.Changes != nil {
+			changes = append(changes, change{res.Outcome.GetRevision(), res.Changes})
+		}
+	}
+	last := entries[len(entries)-1].Index
+	if err := b.Set(engine.AppliedIndexKey(), engine.EncodeUint64(last), nil); err != nil {
+		return nil, err
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return nil, fmt.Errorf("shard %d: commit batch: %w", s.shard, err)
+	}
+	s.applied.Store(last)
+	for _, c := range changes {
+		s.revision.Store(c.rev)
+		if s.cfg.Observer != nil {
+			s.cfg.Observer.Applied(s.shard, c.rev, c.cs)
+		}
+	}
+	return entries, nil
+}
+
+// Sync makes everything applied so far durable.
+func (s *StateMachine) Sync() error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.db.LogData(nil, pebble.Sync)
+}
+
+// Close closes the database.
+func (s *StateMachine) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.db == nil {
+		return nil
+	}
+	err := s.db.Close()
+	s.db = nil
+	return err
+}
+
+const currentFile = "CURRENT"
+
+// currentDB names the active database directory ("" if none yet).
+func (s *StateMachine) currentDB() (string, error) {
+	b, err := os.ReadFile(filepath.Join(s.dir, currentFile))
+	if os.IsNotExist(err) {
+		return "", nil
+	}
+	return strings.TrimSpace(string(b)), err
+}
+
+// setCurrentDB points CURRENT at name, atomically and durably.
+func (s *StateMachine) setCurrentDB(name string) error {
+	tmp := filepath.Join(s.dir, currentFile+".tmp")
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(name + "\n"); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(s.dir, currentFile)); err != nil {
+		return err
+	}
+	d, err := os.Open(s.dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// nextDBName is the directory a snapshot recovery loads into.
+func nextDBName(cur string) string {
+	n, _ := strconv.Atoi(strings.TrimPrefix(cur, "db-"))
+	return "db-" + strconv.Itoa(n+1)
+}
