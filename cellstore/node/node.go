@@ -271,6 +271,9 @@ func (n *Node) Status() *storev1.StatusResponse {
 	return st
 }
 
+// StateMachine returns this node's replica of shard i (nil before it opens).
+func (n *Node) StateMachine(i uint32) *statemachine.StateMachine { return n.stateMachine(i) }
+
 func (n *Node) stateMachine(i uint32) *statemachine.StateMachine {
 	n.mu.Lock()
 	defer n.mu.Unlock()

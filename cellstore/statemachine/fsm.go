@@ -52,8 +52,9 @@ type StateMachine struct {
 	mu sync.RWMutex // guards db against replacement by a snapshot
 	db *pebble.DB
 
-	applied  atomic.Uint64
-	revision atomic.Uint64
+	applied   atomic.Uint64
+	revision  atomic.Uint64
+	recovered atomic.Uint64 // snapshots recovered from since Open
 }
 
 var _ sm.IOnDiskStateMachine = (*StateMachine)(nil)
@@ -72,6 +73,10 @@ func (s *StateMachine) AppliedIndex() uint64 { return s.applied.Load() }
 
 // Revision is the shard revision as of the last applied entry.
 func (s *StateMachine) Revision() uint64 { return s.revision.Load() }
+
+// SnapshotsRecovered counts the snapshots this replica has loaded since it
+// was created: how often it caught up by snapshot rather than by log.
+func (s *StateMachine) SnapshotsRecovered() uint64 { return s.recovered.Load() }
 
 // Open opens (or creates) the replica's database and returns the applied
 // index persisted with it.

@@ -100,6 +100,7 @@ func (s *StateMachine) RecoverFromSnapshot(r io.Reader, done <-chan struct{}) er
 	if err := s.loadMeta(); err != nil {
 		return err
 	}
+	s.recovered.Add(1)
 	if s.cfg.Observer != nil {
 		s.cfg.Observer.Reset(s.shard)
 	}
