@@ -1,0 +1,48 @@
+# Troupe. `make run` starts a cell, `make test` runs the tests.
+GO       ?= go
+BIN      := bin/troupe
+DURATION ?= 10s
+FUZZTIME ?= 30s
+
+.PHONY: all build run test lint proto bench bench-compare fuzz clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./tools/troupe
+
+# A one-node cell store with its data in ./troupe-data (see README).
+run: build
+	$(BIN) store --data-dir troupe-data
+
+test: lint
+	$(GO) test -count=1 ./...
+
+lint:
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+
+# Regenerate the checked-in protobuf code (needs Debian's protobuf-compiler,
+# protoc-gen-go and protoc-gen-go-grpc).
+proto:
+	protoc -I proto \
+		--go_out=. --go_opt=module=github.com/troupe-cluster/troupe \
+		--go-grpc_out=. --go-grpc_opt=module=github.com/troupe-cluster/troupe \
+		proto/troupe/store/v1/*.proto
+
+# Store microbenchmarks and the troupe-only workloads.
+bench: build
+	$(GO) test -run '^$$' -bench . -benchmem ./cellstore/...
+	DURATION=$(DURATION) $(BIN) bench
+
+# The same workloads against Troupe and embedded etcd, one JSON line each.
+bench-compare:
+	cd tools/benchcompare && DURATION=$(DURATION) $(GO) run .
+
+# Longer fuzzing than the seed corpus `make test` runs.
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzCommitRequest -fuzztime $(FUZZTIME) ./cellstore/server
+
+clean:
+	rm -rf bin

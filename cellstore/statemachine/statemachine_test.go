@@ -1,0 +1,220 @@
+package statemachine
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+
+	sm "github.com/lni/dragonboat/v4/statemachine"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+
+	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
+)
+
+// recorder is an Observer that keeps what it was told.
+type recorder struct {
+	revs   []uint64
+	resets int
+}
+
+func (r *recorder) Applied(_ uint32, rev uint64, _ *storev1.ChangeSet) { r.revs = append(r.revs, rev) }
+func (r *recorder) Reset(uint32)                                       { r.resets++ }
+
+func open(t *testing.T, dir string, obs Observer) *StateMachine {
+	t.Helper()
+	m := New(Config{Dir: dir, Logger: zap.NewNop(), Observer: obs}, 0)
+	if _, err := m.Open(nil); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func putEntry(t *testing.T, index uint64, key, value string) sm.Entry {
+	t.Helper()
+	cmd, err := proto.Marshal(&storev1.Proposal{
+		TxnId:             fmt.Sprintf("txn-%d", index),
+		NowUnixNanos:      int64(index),
+		DedupeWindowNanos: 1000,
+		Groups:            []*storev1.Group{{Ops: []*storev1.Op{{Op: &storev1.Op_Put{Put: &storev1.Put{Key: key, Value: []byte(value)}}}}}},
+		GroupIndexes:      []uint32{0},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sm.Entry{Index: index, Cmd: cmd}
+}
+
+func update(t *testing.T, m *StateMachine, entries ...sm.Entry) []sm.Entry {
+	t.Helper()
+	out, err := m.Update(entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func mustGet(t *testing.T, m *StateMachine, key string) *GetResult {
+	t.Helper()
+	r, err := m.Lookup(GetQuery{Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.(*GetResult)
+}
+
+func TestUpdatePersistsAppliedIndexWithData(t *testing.T) {
+	dir := t.TempDir()
+	rec := &recorder{}
+	m := open(t, dir, rec)
+	out := update(t, m, putEntry(t, 1, "/a", "1"), putEntry(t, 2, "/b", "2"), sm.Entry{Index: 3, Cmd: []byte{0xff, 0xff}})
+	if out[0].Result.Value != ResultOutcome || out[2].Result.Value != ResultRejected {
+		t.Fatalf("results: %+v", out)
+	}
+	o := &storev1.Outcome{}
+	if err := proto.Unmarshal(out[1].Result.Data, o); err != nil || o.GetRevision() != 2 {
+		t.Fatalf("outcome of entry 2: %v %v", o, err)
+	}
+	if m.AppliedIndex() != 3 || m.Revision() != 2 {
+		t.Fatalf("applied %d revision %d, want 3 and 2", m.AppliedIndex(), m.Revision())
+	}
+	if fmt.Sprint(rec.revs) != "[1 2]" {
+		t.Fatalf("observer saw %v", rec.revs)
+	}
+	if err := m.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	m = New(Config{Dir: dir, Logger: zap.NewNop()}, 0)
+	applied, err := m.Open(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if applied != 3 || m.Revision() != 2 {
+		t.Fatalf("after restart: applied %d revision %d, want 3 and 2", applied, m.Revision())
+	}
+	if g := mustGet(t, m, "/b"); string(g.KV.GetValue()) != "2" || g.KV.GetVersion() != 2 || g.Revision != 2 {
+		t.Fatalf("after restart /b = %v", g)
+	}
+}
+
+func TestUpdateRefusesReappliedEntry(t *testing.T) {
+	m := open(t, t.TempDir(), nil)
+	defer m.Close()
+	update(t, m, putEntry(t, 5, "/a", "1"))
+	defer func() {
+		if recover() == nil {
+			t.Fatal("re-applying index 5 did not panic")
+		}
+	}()
+	update(t, m, putEntry(t, 5, "/a", "2"))
+}
+
+func TestSnapshotSaveAndRecover(t *testing.T) {
+	src := open(t, t.TempDir(), nil)
+	defer src.Close()
+	for i := uint64(1); i <= 50; i++ {
+		update(t, src, putEntry(t, i, fmt.Sprintf("/k/%02d", i), fmt.Sprint(i)))
+	}
+	ctx, err := src.PrepareSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Writes after PrepareSnapshot must not be in the snapshot.
+	update(t, src, putEntry(t, 51, "/late", "x"))
+	var buf bytes.Buffer
+	if err := src.SaveSnapshot(ctx, &buf, make(chan struct{})); err != nil {
+		t.Fatal(err)
+	}
+
+	dir := t.TempDir()
+	rec := &recorder{}
+	dst := open(t, dir, rec)
+	update(t, dst, putEntry(t, 1, "/stale", "gone"))
+	if err := dst.RecoverFromSnapshot(bytes.NewReader(buf.Bytes()), make(chan struct{})); err != nil {
+		t.Fatal(err)
+	}
+	if dst.AppliedIndex() != 50 || dst.Revision() != 50 || rec.resets != 1 || dst.SnapshotsRecovered() != 1 {
+		t.Fatalf("after recovery: applied %d revision %d resets %d recovered %d", dst.AppliedIndex(), dst.Revision(), rec.resets, dst.SnapshotsRecovered())
+	}
+	if g := mustGet(t, dst, "/stale"); g.KV != nil {
+		t.Fatalf("state from before the snapshot survived: %v", g.KV)
+	}
+	if g := mustGet(t, dst, "/late"); g.KV != nil {
+		t.Fatalf("write after PrepareSnapshot leaked into the snapshot")
+	}
+	r, err := dst.Lookup(RangeQuery{Prefix: "/k/", Limit: 100})
+	if err != nil || len(r.(*RangeResult).KVs) != 50 {
+		t.Fatalf("range after recovery: %v %v", r, err)
+	}
+	log, err := dst.ReadLog(1, 100)
+	if err != nil || len(log.Entries) != 50 || log.Oldest != 1 {
+		t.Fatalf("change log after recovery: %d entries, oldest %d, %v", len(log.Entries), log.Oldest, err)
+	}
+	// The recovered replica keeps applying, and restarts into the
+	// recovered database.
+	update(t, dst, putEntry(t, 51, "/after", "y"))
+	if err := dst.Close(); err != nil {
+		t.Fatal(err)
+	}
+	again := open(t, dir, nil)
+	defer again.Close()
+	if again.AppliedIndex() != 51 || again.Revision() != 51 || mustGet(t, again, "/after").KV == nil {
+		t.Fatalf("restart after recovery: applied %d revision %d", again.AppliedIndex(), again.Revision())
+	}
+}
+
+func TestSnapshotRecoverRejectsTruncatedStream(t *testing.T) {
+	src := open(t, t.TempDir(), nil)
+	defer src.Close()
+	update(t, src, putEntry(t, 1, "/a", "1"))
+	ctx, _ := src.PrepareSnapshot()
+	var buf bytes.Buffer
+	if err := src.SaveSnapshot(ctx, &buf, make(chan struct{})); err != nil {
+		t.Fatal(err)
+	}
+	dst := open(t, t.TempDir(), nil)
+	defer dst.Close()
+	update(t, dst, putEntry(t, 1, "/keep", "1"))
+	if err := dst.RecoverFromSnapshot(bytes.NewReader(buf.Bytes()[:buf.Len()/2]), make(chan struct{})); err == nil {
+		t.Fatal("truncated snapshot accepted")
+	}
+	if mustGet(t, dst, "/keep").KV == nil || dst.AppliedIndex() != 1 {
+		t.Fatal("failed recovery damaged the current state")
+	}
+}
+
+func TestRangePagesAndLookupErrors(t *testing.T) {
+	m := open(t, t.TempDir(), nil)
+	defer m.Close()
+	for i := uint64(1); i <= 5; i++ {
+		update(t, m, putEntry(t, i, fmt.Sprintf("/p/%d", i), "v"))
+	}
+	update(t, m, putEntry(t, 6, "/q", "v"))
+	var got []string
+	after := ""
+	for range 10 {
+		r, err := m.Lookup(RangeQuery{Prefix: "/p/", After: after, Limit: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rr := r.(*RangeResult)
+		for _, kv := range rr.KVs {
+			got = append(got, kv.GetKey())
+		}
+		if !rr.More {
+			break
+		}
+		after = rr.KVs[len(rr.KVs)-1].GetKey()
+	}
+	if fmt.Sprint(got) != "[/p/1 /p/2 /p/3 /p/4 /p/5]" {
+		t.Fatalf("pages gave %v", got)
+	}
+	if _, err := m.Lookup("nonsense"); err == nil {
+		t.Fatal("unknown query accepted")
+	}
+}

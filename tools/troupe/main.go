@@ -1,0 +1,53 @@
+// Command troupe is Troupe's single binary: every role and the CLI.
+//
+//	troupe store    run one cell store node
+//	troupe status   show a store node's status
+//	troupe bench    run store benchmarks
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+type command struct {
+	name, summary string
+	run           func(args []string) error
+}
+
+func commands() []command {
+	return []command{
+		{"store", "run one cell store node", runStore},
+		{"status", "show a store node's status", runStatus},
+		{"bench", "run store benchmarks", runBench},
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: troupe <command> [flags]\n\ncommands:")
+	for _, c := range commands() {
+		fmt.Fprintf(os.Stderr, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(os.Stderr, "\nrun 'troupe <command> -h' for a command's flags")
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+		os.Exit(2)
+	}
+	for _, c := range commands() {
+		if c.name == os.Args[1] {
+			if err := c.run(os.Args[2:]); err != nil {
+				fmt.Fprintf(os.Stderr, "troupe %s: %v\n", c.name, err)
+				os.Exit(1)
+			}
+			return
+		}
+	}
+	if os.Args[1] != "-h" && os.Args[1] != "--help" && os.Args[1] != "help" {
+		fmt.Fprintf(os.Stderr, "troupe: unknown command %q\n\n", os.Args[1])
+	}
+	usage()
+	os.Exit(2)
+}
