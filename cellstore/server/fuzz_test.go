@@ -18,7 +18,9 @@ func add(k string, d, lo, hi int64) *storev1.Op {
 	return &storev1.Op{Op: &storev1.Op_Add{Add: &storev1.Add{Key: k, Delta: d, Min: lo, Max: hi}}}
 }
 
-func del(k string) *storev1.Op { return &storev1.Op{Op: &storev1.Op_Delete{Delete: &storev1.Delete{Key: k}}} }
+func del(k string) *storev1.Op {
+	return &storev1.Op{Op: &storev1.Op_Delete{Delete: &storev1.Delete{Key: k}}}
+}
 
 // FuzzCommitRequest feeds arbitrary bytes through what the server does with
 // a commit before Raft (decode, validate, route, split per shard) and then
