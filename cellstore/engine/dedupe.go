@@ -2,7 +2,9 @@ package engine
 
 import (
 	"bytes"
+	"encoding/binary"
 	"math"
+	"time"
 
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 	"google.golang.org/protobuf/proto"
@@ -65,13 +67,26 @@ func rememberTxn(st Storage, p *storev1.Proposal, out *storev1.Outcome, now int6
 	return st.Set(expiryKey(expires, p.GetTxnId()), nil)
 }
 
+// expiryScanInterval is how often (in proposal time) the engine looks for
+// expired outcomes. Scanning less often keeps the per-proposal cost at a
+// few point reads.
+const expiryScanInterval = int64(time.Second)
+
 // expireTxns forgets remembered outcomes whose window ended at or before
-// now, a bounded number per call.
+// now, a bounded number per call. It scans at most once per
+// expiryScanInterval, and only from where the last scan ended, so deleted
+// index entries are never walked twice.
 func expireTxns(st Storage, now int64) error {
-	lower := []byte{prefixExpiry}
-	upper := expiryKey(now+1, "")
+	next, err := readMeta(st, metaExpiryNext)
+	if err != nil || now < int64(next) {
+		return err
+	}
+	low, err := readMeta(st, metaExpiryLow)
+	if err != nil {
+		return err
+	}
 	var expired [][]byte
-	err := st.Scan(lower, upper, func(k, _ []byte) bool {
+	err = st.Scan(expiryKey(int64(low), ""), expiryKey(now+1, ""), func(k, _ []byte) bool {
 		expired = append(expired, bytes.Clone(k))
 		return len(expired) < maxExpiredPerApply
 	})
@@ -81,7 +96,7 @@ func expireTxns(st Storage, now int64) error {
 	for _, k := range expired {
 		id := string(k[9:])
 		// The record may have been rewritten with a later expiry after
-		// the window ended; only drop it if this index entry is its own.
+		// the window ended; only drop it if it has expired.
 		if rec, err := lookupTxn(st, id, now); err != nil {
 			return err
 		} else if rec == nil {
@@ -93,5 +108,13 @@ func expireTxns(st Storage, now int64) error {
 			return err
 		}
 	}
-	return nil
+	low, next = uint64(now+1), uint64(now+expiryScanInterval)
+	if len(expired) == maxExpiredPerApply {
+		// More may be left: resume from the last expiry seen, next time.
+		low, next = binary.BigEndian.Uint64(expired[len(expired)-1][1:9]), uint64(now)
+	}
+	if err := st.Set([]byte(metaExpiryLow), EncodeUint64(low)); err != nil {
+		return err
+	}
+	return st.Set([]byte(metaExpiryNext), EncodeUint64(next))
 }

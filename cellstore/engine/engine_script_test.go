@@ -690,7 +690,7 @@ func (s *scriptState) checkInvariants() {
 		case k[0] == prefixData || k[0] == prefixTxn:
 		case k[0] == prefixLog && len(k) == 9:
 		case k[0] == prefixExpiry && len(k) >= 9:
-		case string(k) == metaRevision || string(k) == metaLogStart || string(k) == metaClock:
+		case string(k) == metaRevision || string(k) == metaLogStart || string(k) == metaClock || string(k) == metaExpiryLow || string(k) == metaExpiryNext:
 		default:
 			s.t.Errorf("%s: unexpected storage key %q", s.pos, k)
 		}

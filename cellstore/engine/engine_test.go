@@ -40,13 +40,16 @@ func countPrefix(t *testing.T, st Storage, prefix byte) int {
 // does not take the new record with it.
 func TestExpireTxnsBounded(t *testing.T) {
 	st := NewMemStorage()
+	// Times are in units of the expiry scan interval, so that every
+	// proposal below may scan.
+	const u = expiryScanInterval
 	const n = maxExpiredPerApply + 44
 	for i := range n {
 		mustApply(t, st, &storev1.Proposal{
 			TxnId:             fmt.Sprintf("t%03d", i),
 			Groups:            []*storev1.Group{{Ops: []*storev1.Op{putOp("/k", "v")}}},
-			NowUnixNanos:      1,
-			DedupeWindowNanos: 10,
+			NowUnixNanos:      1 * u,
+			DedupeWindowNanos: 10 * u,
 			RequestHash:       1,
 		})
 	}
@@ -55,7 +58,7 @@ func TestExpireTxnsBounded(t *testing.T) {
 	}
 
 	// now=100: every window ended, but only maxExpiredPerApply go.
-	mustApply(t, st, &storev1.Proposal{NowUnixNanos: 100})
+	mustApply(t, st, &storev1.Proposal{NowUnixNanos: 100 * u})
 	if got, want := countPrefix(t, st, prefixTxn), n-maxExpiredPerApply; got != want {
 		t.Fatalf("after one expiry pass: %d remembered txns, want %d", got, want)
 	}
@@ -69,8 +72,8 @@ func TestExpireTxnsBounded(t *testing.T) {
 	retry := &storev1.Proposal{
 		TxnId:             last,
 		Groups:            []*storev1.Group{{Ops: []*storev1.Op{putOp("/k", "v")}}},
-		NowUnixNanos:      100,
-		DedupeWindowNanos: 10,
+		NowUnixNanos:      100 * u,
+		DedupeWindowNanos: 10 * u,
 		RequestHash:       1,
 	}
 	res := mustApply(t, st, retry)
@@ -81,7 +84,7 @@ func TestExpireTxnsBounded(t *testing.T) {
 
 	// now=101: the rest of the old index entries go, including last's old
 	// one (expiry 11); last's new record (expiry 110) stays.
-	mustApply(t, st, &storev1.Proposal{NowUnixNanos: 101})
+	mustApply(t, st, &storev1.Proposal{NowUnixNanos: 101 * u})
 	if got := countPrefix(t, st, prefixTxn); got != 1 {
 		t.Fatalf("after the second pass: %d remembered txns, want 1", got)
 	}
@@ -90,20 +93,20 @@ func TestExpireTxnsBounded(t *testing.T) {
 	}
 	// Expiry entries have empty values, so look for the key with Scan.
 	found := false
-	if err := st.Scan(expiryKey(110, last), nil, func(k, _ []byte) bool {
-		found = bytes.Equal(k, expiryKey(110, last))
+	if err := st.Scan(expiryKey(110*u, last), nil, func(k, _ []byte) bool {
+		found = bytes.Equal(k, expiryKey(110*u, last))
 		return false
 	}); err != nil || !found {
 		t.Fatalf("expiry entry of the new record is gone (%v)", err)
 	}
-	retry.NowUnixNanos = 105
+	retry.NowUnixNanos = 105 * u
 	res = mustApply(t, st, retry)
 	if !res.Outcome.GetDuplicate() || res.Outcome.GetRevision() != rev {
 		t.Fatalf("second retry: %v, want the remembered outcome at %d", res.Outcome, rev)
 	}
 
 	// At 110 the new window ends too and everything is forgotten.
-	mustApply(t, st, &storev1.Proposal{NowUnixNanos: 110})
+	mustApply(t, st, &storev1.Proposal{NowUnixNanos: 110 * u})
 	if a, b := countPrefix(t, st, prefixTxn), countPrefix(t, st, prefixExpiry); a != 0 || b != 0 {
 		t.Fatalf("at 110: %d txns, %d expiry entries left", a, b)
 	}

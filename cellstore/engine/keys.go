@@ -8,16 +8,21 @@ import (
 
 // Internal key prefixes; see the package comment.
 const (
-	prefixData    = 'd'
-	prefixLog     = 'l'
-	prefixTxn     = 't'
-	prefixExpiry  = 'x'
-	prefixMeta    = 'm'
-	metaRevision  = "mrev"
-	metaLogStart  = "mlogstart"
-	metaClock     = "mclock"
-	metaAppliedIx = "mapplied"
+	prefixData     = 'd'
+	prefixLog      = 'l'
+	prefixTxn      = 't'
+	prefixExpiry   = 'x'
+	prefixMeta     = 'm'
+	metaRevision   = "mrev"
+	metaLogStart   = "mlogstart"
+	metaClock      = "mclock"
+	metaAppliedIx  = "mapplied"
+	metaExpiryLow  = "mexpirylow"  // expiry index entries below this are gone
+	metaExpiryNext = "mexpirynext" // proposal time of the next expiry scan
 )
+
+// MetaPrefix starts every shard metadata key.
+const MetaPrefix = prefixMeta
 
 // DataKey is the storage key of user key k.
 func DataKey(k string) []byte {
