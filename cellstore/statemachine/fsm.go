@@ -186,11 +186,12 @@ func (s *StateMachine) Update(entries []sm.Entry) ([]sm.Entry, error) {
 	return entries, nil
 }
 
-// Sync makes everything applied so far durable.
+// Sync makes everything applied so far durable by flushing the memtables
+// (the database has no WAL; see openPebble).
 func (s *StateMachine) Sync() error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.db.LogData(nil, pebble.Sync)
+	return s.db.Flush()
 }
 
 // Close closes the database.

@@ -86,13 +86,20 @@ func (p pebbleLogger) Fatalf(format string, args ...any) { p.l.Fatalf(format, ar
 // cacheBytes is each replica's Pebble block cache.
 const cacheBytes = 64 << 20
 
-// openPebble opens a replica's database. Most engine reads are point reads
-// of keys that do not exist (a new txn_id, a "must not exist" condition), so
-// every level gets a Bloom filter.
+// openPebble opens a replica's database.
+//
+// Pebble's own WAL is off: Dragonboat's Raft log is already the durable
+// record of every entry, and Dragonboat only compacts it up to an index the
+// state machine has Synced (flushed to sstables). After a crash the
+// database is whatever was last flushed, with its applied index, and
+// Dragonboat replays the rest.
+//
+// Most engine reads are point reads of keys that do not exist (a new
+// txn_id, a "must not exist" condition), so every level gets a Bloom filter.
 func openPebble(dir string, log *zap.Logger) (*pebble.DB, error) {
 	cache := pebble.NewCache(cacheBytes)
 	defer cache.Unref()
-	opts := &pebble.Options{Logger: pebbleLogger{log.Sugar()}, Cache: cache}
+	opts := &pebble.Options{Logger: pebbleLogger{log.Sugar()}, Cache: cache, DisableWAL: true}
 	for i := range opts.Levels {
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}

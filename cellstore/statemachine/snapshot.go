@@ -136,7 +136,7 @@ func loadSnapshot(db *pebble.DB, r *bufio.Reader, done <-chan struct{}) error {
 			b = db.NewBatch()
 		}
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
+	if err := b.Commit(pebble.NoSync); err != nil {
 		return err
 	}
 	return db.Flush()
