@@ -2,6 +2,7 @@
 GO       ?= go
 BIN      := bin/troupe
 DURATION ?= 10s
+WORKLOADS ?= seq,cas,place
 FUZZTIME ?= 30s
 
 .PHONY: all build run test lint proto bench bench-compare fuzz clean
@@ -34,11 +35,11 @@ proto:
 # Store microbenchmarks and the troupe-only workloads.
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./cellstore/...
-	DURATION=$(DURATION) $(BIN) bench
+	DURATION=$(DURATION) $(BIN) bench -workloads=$(WORKLOADS)
 
 # The same workloads against Troupe and embedded etcd, one JSON line each.
 bench-compare:
-	cd tools/benchcompare && DURATION=$(DURATION) $(GO) run .
+	cd tools/benchcompare && DURATION=$(DURATION) $(GO) run . -workloads=$(WORKLOADS)
 
 # Longer fuzzing than the seed corpus `make test` runs.
 fuzz:

@@ -4,9 +4,11 @@ package localcell
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -58,7 +60,7 @@ func Start(ctx context.Context, cfg Config) (*Cell, error) {
 		nc.HTTPAddr = ""
 		nc.InitialMembers = members
 		nc.Shards = uint32(cfg.Shards)
-		nc.RTT = 5 * time.Millisecond
+		nc.RTT = 10 * time.Millisecond
 		nc.LogDBMemory = "tiny"
 		nc.Logger = cfg.Logger.With(zap.Uint64("node", nc.NodeID))
 		if cfg.Tune != nil {
@@ -67,11 +69,18 @@ func Start(ctx context.Context, cfg Config) (*Cell, error) {
 		c.cfgs = append(c.cfgs, nc)
 	}
 	c.nodes = make([]*node.Node, len(c.cfgs))
+	// Start the nodes together: a Raft peer that finds another not yet
+	// listening backs off from it for up to a second (Dragonboat's circuit
+	// breaker), leaving that node without a leader meanwhile.
+	errs := make([]error, len(c.cfgs))
+	var wg sync.WaitGroup
 	for i := range c.cfgs {
-		if err := c.StartNode(i); err != nil {
-			c.Close()
-			return nil, err
-		}
+		wg.Go(func() { errs[i] = c.startNode(i) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		c.Close()
+		return nil, err
 	}
 	if err := c.WaitReady(ctx); err != nil {
 		c.Close()
@@ -105,6 +114,11 @@ func (c *Cell) StartNode(i int) error {
 	if c.nodes[i] != nil {
 		return fmt.Errorf("localcell: node %d is running", i+1)
 	}
+	return c.startNode(i)
+}
+
+// startNode starts node i; nodes may start concurrently.
+func (c *Cell) startNode(i int) error {
 	n, err := node.Start(c.cfgs[i])
 	if err != nil {
 		return fmt.Errorf("localcell: node %d: %w", i+1, err)

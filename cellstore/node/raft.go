@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/lni/dragonboat/v4"
 	"github.com/lni/dragonboat/v4/client"
 	dbconfig "github.com/lni/dragonboat/v4/config"
 	"github.com/lni/dragonboat/v4/logger"
+	sm "github.com/lni/dragonboat/v4/statemachine"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -58,15 +60,52 @@ func (b *raftBackend) withTimeout(ctx context.Context) (context.Context, context
 	return context.WithTimeout(ctx, b.n.cfg.ProposalTimeout)
 }
 
+// attempt runs fn with a per-attempt timeout until it succeeds, fails for
+// good, or ctx ends. Dragonboat drops a proposal or ReadIndex silently when
+// a follower cannot forward it (no leader yet, a leader change, a
+// connection not yet up), and the caller only learns of it by timing out.
+// Re-proposing is safe because every proposal carries its txn_id and the
+// engine returns the first outcome of a txn_id it has already applied; a
+// read is safe to repeat anyway.
+func (b *raftBackend) attempt(ctx context.Context, fn func(ctx context.Context) error) error {
+	ctx, cancel := b.withTimeout(ctx)
+	defer cancel()
+	per := b.n.cfg.RTT * time.Duration(2*b.n.cfg.ElectionRTT)
+	for {
+		actx, acancel := context.WithTimeout(ctx, per)
+		err := fn(actx)
+		acancel()
+		if err == nil || ctx.Err() != nil || !retryable(err) {
+			return err
+		}
+		if errors.Is(err, dragonboat.ErrShardNotReady) {
+			select { // no leader yet: give the election a moment
+			case <-time.After(b.n.cfg.RTT):
+			case <-ctx.Done():
+				return err
+			}
+		}
+	}
+}
+
+// retryable reports whether a Dragonboat error may go away on retry.
+func retryable(err error) bool {
+	return errors.Is(err, dragonboat.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, dragonboat.ErrShardNotReady) || errors.Is(err, dragonboat.ErrAborted) ||
+		errors.Is(err, dragonboat.ErrRejected)
+}
+
 // Propose implements server.Backend.
 func (b *raftBackend) Propose(ctx context.Context, shard uint32, p *storev1.Proposal) (*storev1.Outcome, error) {
 	cmd, err := proto.Marshal(p)
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "encode proposal: %v", err)
 	}
-	ctx, cancel := b.withTimeout(ctx)
-	defer cancel()
-	res, err := b.nh.SyncPropose(ctx, b.sessions[shard], cmd)
+	var res sm.Result
+	err = b.attempt(ctx, func(ctx context.Context) (err error) {
+		res, err = b.nh.SyncPropose(ctx, b.sessions[shard], cmd)
+		return err
+	})
 	if err != nil {
 		return nil, raftError("commit", shard, err)
 	}
@@ -87,9 +126,10 @@ func (b *raftBackend) Read(ctx context.Context, shard uint32, q any, linearizabl
 		err error
 	)
 	if linearizable {
-		ctx, cancel := b.withTimeout(ctx)
-		defer cancel()
-		res, err = b.nh.SyncRead(ctx, shardID(shard), q)
+		err = b.attempt(ctx, func(ctx context.Context) (err error) {
+			res, err = b.nh.SyncRead(ctx, shardID(shard), q)
+			return err
+		})
 	} else {
 		res, err = b.nh.StaleRead(shardID(shard), q)
 	}

@@ -244,10 +244,13 @@ func requestHash(req *storev1.CommitRequest) uint64 {
 // propose runs the proposals (in parallel when there are several) and
 // merges their outcomes into resp.
 func (s *Server) propose(ctx context.Context, props []shardProposal, resp *storev1.CommitResponse) error {
-	for range props {
+	for i := range props {
 		select {
 		case s.inflight <- struct{}{}:
 		default:
+			for range i { // give back the slots this request took
+				<-s.inflight
+			}
 			return errOverloaded
 		}
 	}

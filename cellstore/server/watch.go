@@ -48,7 +48,8 @@ func (s *Server) Watch(req *storev1.WatchRequest, stream storev1.Store_WatchServ
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	batches := make(chan shardBatch, 16)
-	for _, sh := range s.router.PrefixShards(req.GetPrefix()) {
+	shards := s.router.PrefixShards(req.GetPrefix())
+	for _, sh := range shards {
 		go s.followShard(ctx, sh, cursor[sh], req.GetPrefix(), batches)
 	}
 	ticker := time.NewTicker(s.cfg.ProgressInterval)
@@ -59,7 +60,7 @@ func (s *Server) Watch(req *storev1.WatchRequest, stream storev1.Store_WatchServ
 			return ctx.Err()
 		case b := <-batches:
 			if b.err != nil {
-				return s.watchError(b.err, cursor)
+				return s.watchError(b.err, cursor, shards)
 			}
 			cursor[b.shard] = b.last
 			if len(b.events) == 0 {
@@ -115,14 +116,23 @@ func (s *Server) followShard(ctx context.Context, shard uint32, from uint64, pre
 }
 
 // watchError turns a reader's error into the stream's final status; a
-// compacted cursor gets OUT_OF_RANGE with the oldest usable cursor.
-func (s *Server) watchError(err error, cursor keyspace.Cursor) error {
+// compacted cursor gets OUT_OF_RANGE with the oldest usable cursor. Every
+// shard of the watch may be compacted, not only the one whose reader
+// failed first, so each of them is moved to its oldest kept revision:
+// otherwise resuming from oldest_cursor would fail again on the next one.
+func (s *Server) watchError(err error, cursor keyspace.Cursor, shards []uint32) error {
 	var ce *watch.CompactedError
 	if !errors.As(err, &ce) {
 		return errf(errUnavailableCode, "watch: %v", err)
 	}
 	s.cfg.Metrics.compacted.Inc()
 	oldest := cursor.Clone()
+	for _, sh := range shards {
+		var other *watch.CompactedError
+		if _, _, err := s.hub.Next(sh, cursor[sh], 1); errors.As(err, &other) && other.Oldest > 0 {
+			oldest[sh] = other.Oldest - 1
+		}
+	}
 	if ce.Oldest > 0 {
 		oldest[ce.Shard] = ce.Oldest - 1
 	}

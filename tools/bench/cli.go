@@ -1,0 +1,131 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strconv"
+	"time"
+)
+
+// startTimeout bounds the start of each system (election included).
+const startTimeout = 2 * time.Minute
+
+// Options are the command line shared by `troupe bench` and the
+// comparison benchmark.
+type Options struct {
+	Duration  time.Duration
+	Workloads string
+	Replicas  int
+	Shards    int
+	Dir       string
+	Params    Params
+	// CPUProfile, if set, receives a CPU profile of the run.
+	CPUProfile string
+}
+
+// Register defines the options' flags on fs, with defaults (the duration's
+// from $DURATION, else 10s).
+func (o *Options) Register(fs *flag.FlagSet) error {
+	o.Params = DefaultParams()
+	defDuration := 10 * time.Second
+	if env := os.Getenv("DURATION"); env != "" {
+		d, err := parseDuration(env)
+		if err != nil {
+			return fmt.Errorf("DURATION=%q: %w", env, err)
+		}
+		defDuration = d
+	}
+	fs.DurationVar(&o.Duration, "duration", defDuration, "length of each timed run (default from $DURATION, else 10s)")
+	fs.StringVar(&o.Workloads, "workloads", DefaultWorkloads, "comma-separated workloads to run: seq, cas, place")
+	fs.IntVar(&o.Replicas, "replicas", 3, "replicas (members) of each system's cell")
+	fs.IntVar(&o.Shards, "shards", 1, "Troupe shards (place's groups span a job's and a machine's keys, so more than 1 needs cross-shard groups)")
+	fs.StringVar(&o.Dir, "dir", "", "parent of the temporary data directories (default: the system's temporary directory)")
+	fs.IntVar(&o.Params.Clients, "clients", o.Params.Clients, "concurrent clients of cas and place")
+	fs.IntVar(&o.Params.Keys, "keys", o.Params.Keys, "keys of cas")
+	fs.IntVar(&o.Params.ValueSize, "value-size", o.Params.ValueSize, "value size in bytes")
+	fs.IntVar(&o.Params.Machines, "machines", o.Params.Machines, "machines of place")
+	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	return nil
+}
+
+// Check validates the parsed options.
+func (o *Options) Check(fs *flag.FlagSet) error {
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if o.Duration <= 0 {
+		return fmt.Errorf("-duration is %v, want more than 0", o.Duration)
+	}
+	if o.Replicas < 1 || o.Shards < 1 {
+		return fmt.Errorf("-replicas %d, -shards %d: want at least 1 each", o.Replicas, o.Shards)
+	}
+	return o.Params.Validate()
+}
+
+// StartProfile starts the CPU profile the options ask for; stop ends it.
+func (o *Options) StartProfile() (stop func(), err error) {
+	if o.CPUProfile == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(o.CPUProfile)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// parseDuration accepts a Go duration ("10s") or a number of seconds.
+func parseDuration(s string) (time.Duration, error) {
+	if secs, err := strconv.ParseFloat(s, 64); err == nil {
+		return time.Duration(secs * float64(time.Second)), nil
+	}
+	return time.ParseDuration(s)
+}
+
+// Starter starts a system under dir; close stops it.
+type Starter func(ctx context.Context, dir string) (sys System, close func() error, err error)
+
+// RunSystem starts one system in a fresh temporary directory, runs every
+// workload on it, reports the results and stops it.
+func RunSystem(ctx context.Context, name string, start Starter, parent string, workloads []Workload, cfg Config, rep *Reporter) (err error) {
+	dir, err := os.MkdirTemp(parent, "troupe-bench-"+name+"-")
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, os.RemoveAll(dir)) }()
+
+	fmt.Fprintf(os.Stderr, "%s: starting %s in %s\n", name, name, dir)
+	startCtx, cancel := context.WithTimeout(ctx, startTimeout)
+	sys, closeSys, err := start(startCtx, filepath.Join(dir, "data"))
+	cancel()
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	defer func() {
+		if cerr := closeSys(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("%s: close: %w", name, cerr))
+		}
+	}()
+	for _, w := range workloads {
+		res, err := Run(ctx, sys, w, cfg)
+		if err != nil {
+			return err
+		}
+		if err := rep.Add(res); err != nil {
+			return err
+		}
+	}
+	if r, ok := sys.(interface{ Retries() uint64 }); ok {
+		fmt.Fprintf(os.Stderr, "%s: %d commits retried after a timeout or an unavailable replica\n", name, r.Retries())
+	}
+	return nil
+}

@@ -1,0 +1,46 @@
+// Package bench is the store comparison benchmark's driver: workloads, a
+// runner that drives them with N concurrent clients for a duration, latency
+// statistics and the JSON result lines. It knows nothing of the systems it
+// measures beyond the small System/Session interface; the Troupe
+// implementation (over the storev1 gRPC API) lives here, other systems
+// (embedded etcd, in tools/benchcompare, a separate module so that etcd
+// never enters the main module) and test fakes live with their users.
+//
+//	Workload ──Op(id, Session)──► op loop per client ──► Session ──► System under test
+//	    │                                │
+//	    └─ Prepare (preload, untimed)    └─ latency per op ──► Result ──► Reporter (JSON lines)
+//
+// Usage protocol, per system and workload:
+//
+//  1. Run opens Workload.Clients() sessions (System.NewSession, client ids
+//     0..n-1, which systems spread over their endpoints round-robin),
+//  2. calls Workload.Prepare with them (untimed: preloading keys),
+//  3. starts every client's op loop at once and stops each when the
+//     duration has passed (or after Config.MaxOps ops),
+//  4. closes the sessions and returns a Result; a Reporter prints it as
+//     {"workload":..,"system":..,"ops_per_sec":..,"p50_ms":..,"p99_ms":..}
+//     and, once both compared systems have a result for the workload,
+//     {"workload":..,"ratio_ops":..,"ratio_p99":..}.
+//
+// An op is one completed commit round trip, whether it committed or met a
+// conflict: a conflict is an Outcome, not an error (see Session). Any error
+// aborts the run: a benchmark with failed requests measures nothing.
+// Retries are the client's business, as in a real client: the Troupe
+// session retries a commit that timed out (TroupeConfig.AttemptTimeout) or
+// met an unavailable replica with the same txn_id, which the store's
+// dedupe makes safe, and the op's latency includes the retries; etcd's
+// clientv3 applies its own retry policy.
+//
+// The workloads:
+//
+//   - seq: one client, sequential single-key unconditional puts.
+//   - cas: Params.Clients clients, compare-version-then-put on random keys
+//     among Params.Keys (preloaded), values of Params.ValueSize bytes. Each
+//     client keeps the version it last saw for every key (from its writes
+//     and from conflicts, which carry the current version); after a
+//     conflict it retries the same key with the version it just learned,
+//     as an optimistic client re-reads and retries.
+//   - place: Params.Clients clients, each op one scheduler-style placement:
+//     a new task key that must not exist yet, a binding under a random
+//     machine among Params.Machines, and +1 on that machine's counter.
+package bench
