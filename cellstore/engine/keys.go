@@ -21,8 +21,13 @@ const (
 	metaExpiryNext = "mexpirynext" // proposal time of the next expiry scan
 )
 
-// MetaPrefix starts every shard metadata key.
-const MetaPrefix = prefixMeta
+// Prefixes of the storage key families, for storage layers that index
+// them (see the package comment).
+const (
+	MetaPrefix = prefixMeta
+	DataPrefix = prefixData
+	TxnPrefix  = prefixTxn
+)
 
 // DataKey is the storage key of user key k.
 func DataKey(k string) []byte {

@@ -52,7 +52,7 @@ type StateMachine struct {
 	mu sync.RWMutex // guards db against replacement by a snapshot
 	db *pebble.DB
 
-	meta      map[string][]byte // metadata keys, owned by Update; see batchStorage
+	idx       keyIndex // owned by Update, Open and RecoverFromSnapshot
 	applied   atomic.Uint64
 	revision  atomic.Uint64
 	recovered atomic.Uint64 // snapshots recovered from since Open
@@ -106,25 +106,16 @@ func (s *StateMachine) Open(<-chan struct{}) (uint64, error) {
 	return s.applied.Load(), nil
 }
 
-// loadMeta reads the shard's metadata keys from the database.
+// loadMeta rebuilds the key index and reads the applied index and revision.
 func (s *StateMachine) loadMeta() error {
-	s.meta = map[string][]byte{}
-	lower := []byte{engine.MetaPrefix}
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: []byte{engine.MetaPrefix + 1}})
-	if err != nil {
-		return err
-	}
-	for ok := it.First(); ok; ok = it.Next() {
-		s.meta[string(it.Key())] = append([]byte(nil), it.Value()...)
-	}
-	if err := it.Close(); err != nil {
-		return err
+	if err := s.idx.load(s.db); err != nil {
+		return fmt.Errorf("shard %d: index: %w", s.shard, err)
 	}
 	for _, m := range []struct {
 		key []byte
 		dst *atomic.Uint64
 	}{{engine.AppliedIndexKey(), &s.applied}, {engine.RevisionKey(), &s.revision}} {
-		v, err := engine.DecodeUint64(s.meta[string(m.key)])
+		v, err := engine.DecodeUint64(s.idx.meta[string(m.key)])
 		if err != nil {
 			return fmt.Errorf("shard %d: %w", s.shard, err)
 		}
@@ -145,7 +136,8 @@ func (s *StateMachine) Update(entries []sm.Entry) ([]sm.Entry, error) {
 	}
 	var changes []change
 	b := s.db.NewIndexedBatch()
-	st := batchStorage{b: b, meta: s.meta}
+	defer b.Close()
+	st := batchStorage{b: b, idx: &s.idx}
 	for i := range entries {
 		e := &entries[i]
 		if e.Index <= s.applied.Load() {
@@ -171,6 +163,9 @@ func (s *StateMachine) Update(entries []sm.Entry) ([]sm.Entry, error) {
 	}
 	last := entries[len(entries)-1].Index
 	if err := st.Set(engine.AppliedIndexKey(), engine.EncodeUint64(last)); err != nil {
+		return nil, err
+	}
+	if err := s.idx.flushMeta(b); err != nil {
 		return nil, err
 	}
 	if err := b.Commit(pebble.NoSync); err != nil {

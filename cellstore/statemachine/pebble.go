@@ -6,44 +6,9 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/sstable"
 	"go.uber.org/zap"
-
-	"github.com/troupe-cluster/troupe/cellstore/engine"
 )
-
-// batchStorage is the engine's Storage over an indexed Pebble batch. The
-// shard's metadata keys, which every proposal reads and rewrites, are also
-// kept in memory (write-through), so reading them does not walk their many
-// versions in the memtable.
-type batchStorage struct {
-	b    *pebble.Batch
-	meta map[string][]byte
-}
-
-var _ engine.Storage = batchStorage{}
-
-func isMeta(key []byte) bool { return len(key) > 0 && key[0] == engine.MetaPrefix }
-
-func (s batchStorage) Get(key []byte) ([]byte, error) {
-	if isMeta(key) {
-		return s.meta[string(key)], nil
-	}
-	return getValue(s.b, key)
-}
-
-func (s batchStorage) Set(key, value []byte) error {
-	if isMeta(key) {
-		s.meta[string(key)] = append([]byte(nil), value...)
-	}
-	return s.b.Set(key, value, nil)
-}
-
-func (s batchStorage) Delete(key []byte) error {
-	if isMeta(key) {
-		delete(s.meta, string(key))
-	}
-	return s.b.Delete(key, nil)
-}
 
 func (s batchStorage) Scan(lower, upper []byte, fn func(key, value []byte) bool) error {
 	it, err := s.b.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
@@ -83,8 +48,12 @@ func (p pebbleLogger) Infof(format string, args ...any)  { p.l.Debugf(format, ar
 func (p pebbleLogger) Errorf(format string, args ...any) { p.l.Errorf(format, args...) }
 func (p pebbleLogger) Fatalf(format string, args ...any) { p.l.Fatalf(format, args...) }
 
-// cacheBytes is each replica's Pebble block cache.
-const cacheBytes = 64 << 20
+// Each replica's Pebble block cache and memtable size. Blocks are not
+// compressed: cell state is small and CPU is what the store runs out of.
+const (
+	cacheBytes    = 64 << 20
+	memTableBytes = 4 << 20
+)
 
 // openPebble opens a replica's database.
 //
@@ -99,9 +68,10 @@ const cacheBytes = 64 << 20
 func openPebble(dir string, log *zap.Logger) (*pebble.DB, error) {
 	cache := pebble.NewCache(cacheBytes)
 	defer cache.Unref()
-	opts := &pebble.Options{Logger: pebbleLogger{log.Sugar()}, Cache: cache, DisableWAL: true}
+	opts := &pebble.Options{Logger: pebbleLogger{log.Sugar()}, Cache: cache, DisableWAL: true, MemTableSize: memTableBytes}
 	for i := range opts.Levels {
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+		opts.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
 	}
 	return pebble.Open(dir, opts)
 }
