@@ -118,6 +118,9 @@ func (c Config) Validate() error {
 	if c.Watch.RingRevisions <= 0 || c.Watch.RingBytes <= 0 {
 		add("node: watch ring bounds must be positive")
 	}
+	if c.Server.MaxInflight < int(c.Shards) {
+		add("node: Server.MaxInflight (%d) must be at least Shards (%d), or a request touching every shard could never run", c.Server.MaxInflight, c.Shards)
+	}
 	if err := c.Server.Validate(); err != nil {
 		errs = append(errs, err)
 	}

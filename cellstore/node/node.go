@@ -68,7 +68,9 @@ func Start(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	quietenDragonboat()
-	n := &Node{cfg: cfg, log: cfg.Logger, hub: watch.NewHub(cfg.Watch, cfg.Shards), registry: prometheus.NewRegistry(),
+	wcfg := cfg.Watch
+	wcfg.Retention = cfg.Server.LogRetention
+	n := &Node{cfg: cfg, log: cfg.Logger, hub: watch.NewHub(wcfg, cfg.Shards), registry: prometheus.NewRegistry(),
 		sms: make([]*statemachine.StateMachine, cfg.Shards)}
 	if err := n.startRaft(); err != nil {
 		return nil, err

@@ -40,10 +40,16 @@ type Config struct {
 	// RingRevisions and RingBytes bound each shard's ring.
 	RingRevisions int
 	RingBytes     int
+	// Retention is the change log retention of the shards (in revisions).
+	// The ring never serves a revision the durable log would already have
+	// dropped, so whether a cursor is compacted does not depend on which
+	// node serves it or how long it has been up.
+	Retention uint64
 }
 
-// DefaultConfig returns the defaults: 4096 revisions or 32 MiB per shard.
-func DefaultConfig() Config { return Config{RingRevisions: 4096, RingBytes: 32 << 20} }
+// DefaultConfig returns the defaults: 4096 revisions or 32 MiB per shard,
+// and the server's default log retention.
+func DefaultConfig() Config { return Config{RingRevisions: 4096, RingBytes: 32 << 20, Retention: 100000} }
 
 // Hub fans out the changes of every shard of one store node.
 type Hub struct {
@@ -83,7 +89,7 @@ func (h *Hub) Applied(shard uint32, rev uint64, cs *storev1.ChangeSet) {
 	}
 	f.ring = append(f.ring, statemachine.LogEntry{Revision: rev, Changes: cs})
 	f.ringBytes += changeBytes(cs)
-	for len(f.ring) > 1 && (len(f.ring) > h.cfg.RingRevisions || f.ringBytes > h.cfg.RingBytes) {
+	for len(f.ring) > 1 && (len(f.ring) > h.cfg.RingRevisions || f.ringBytes > h.cfg.RingBytes || f.ring[0].Revision+h.cfg.Retention <= rev) {
 		f.ringBytes -= changeBytes(f.ring[0].Changes)
 		f.ring[0] = statemachine.LogEntry{}
 		f.ring = f.ring[1:]

@@ -1244,7 +1244,8 @@ type WatchResponse struct {
 	sizeCache     protoimpl.SizeCache
 	unknownFields protoimpl.UnknownFields
 
-	// events of one revision of one shard, in commit order per shard.
+	// events of one shard, of one or more consecutive revisions, in commit
+	// order.
 	Events []*Event `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
 	// cursor after these events; resume from it.
 	Cursor []byte `protobuf:"bytes,2,opt,name=cursor,proto3" json:"cursor,omitempty"`
