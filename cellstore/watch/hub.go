@@ -49,7 +49,9 @@ type Config struct {
 
 // DefaultConfig returns the defaults: 4096 revisions or 32 MiB per shard,
 // and the server's default log retention.
-func DefaultConfig() Config { return Config{RingRevisions: 4096, RingBytes: 32 << 20, Retention: 100000} }
+func DefaultConfig() Config {
+	return Config{RingRevisions: 4096, RingBytes: 32 << 20, Retention: 100000}
+}
 
 // Hub fans out the changes of every shard of one store node.
 type Hub struct {
