@@ -52,7 +52,7 @@ func (p pebbleLogger) Fatalf(format string, args ...any) { p.l.Fatalf(format, ar
 // compressed: cell state is small and CPU is what the store runs out of.
 const (
 	cacheBytes    = 64 << 20
-	memTableBytes = 4 << 20
+	memTableBytes = 16 << 20
 )
 
 // openPebble opens a replica's database.
