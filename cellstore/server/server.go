@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sync/semaphore"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
@@ -102,7 +103,7 @@ type Server struct {
 	backend  Backend
 	hub      *watch.Hub
 	router   keyspace.Router
-	inflight chan struct{}
+	inflight *semaphore.Weighted // one unit per proposal in flight
 }
 
 var _ storev1.StoreServer = (*Server)(nil)
@@ -115,7 +116,7 @@ func New(cfg Config, backend Backend, hub *watch.Hub, shards uint32) (*Server, e
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
 	}
-	return &Server{cfg: cfg, backend: backend, hub: hub, router: keyspace.NewRouter(shards), inflight: make(chan struct{}, cfg.MaxInflight)}, nil
+	return &Server{cfg: cfg, backend: backend, hub: hub, router: keyspace.NewRouter(shards), inflight: semaphore.NewWeighted(int64(cfg.MaxInflight))}, nil
 }
 
 // Commit implements storev1.StoreServer.
@@ -244,21 +245,11 @@ func requestHash(req *storev1.CommitRequest) uint64 {
 // propose runs the proposals (in parallel when there are several) and
 // merges their outcomes into resp.
 func (s *Server) propose(ctx context.Context, props []shardProposal, resp *storev1.CommitResponse) error {
-	for i := range props {
-		select {
-		case s.inflight <- struct{}{}:
-		default:
-			for range i { // give back the slots this request took
-				<-s.inflight
-			}
-			return errOverloaded
-		}
+	// All of a request's slots are taken at once or none are.
+	if !s.inflight.TryAcquire(int64(len(props))) {
+		return errOverloaded
 	}
-	defer func() {
-		for range props {
-			<-s.inflight
-		}
-	}()
+	defer s.inflight.Release(int64(len(props)))
 	outs := make([]*storev1.Outcome, len(props))
 	errs := make([]error, len(props))
 	if len(props) == 1 {

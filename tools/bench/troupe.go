@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/troupe-cluster/troupe/cellstore/keyspace"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -29,11 +30,16 @@ type TroupeConfig struct {
 	AttemptTimeout time.Duration
 	// DialOptions are added to the default (no transport security).
 	DialOptions []grpc.DialOption
+	// RouteToLeader sends each commit to the replica that leads its
+	// shard (learnt from Status in WaitReady), as a leader-aware client
+	// does; otherwise sessions spread over the endpoints and followers
+	// forward proposals to the leader inside Raft.
+	RouteToLeader bool
 }
 
 // DefaultTroupeConfig returns the configuration for endpoints.
 func DefaultTroupeConfig(endpoints []string) TroupeConfig {
-	return TroupeConfig{Endpoints: endpoints, AttemptTimeout: 2 * time.Second}
+	return TroupeConfig{Endpoints: endpoints, AttemptTimeout: 2 * time.Second, RouteToLeader: true}
 }
 
 // Validate says what is wrong with c, if anything.
@@ -60,6 +66,10 @@ type Troupe struct {
 	txnPrefix string
 	sessions  atomic.Uint64
 	retries   atomic.Uint64
+	// leaders[shard] is the connection to the shard's leader, and router
+	// maps keys to shards; both set by WaitReady when RouteToLeader.
+	leaders []*grpc.ClientConn
+	router  keyspace.Router
 }
 
 var _ System = (*Troupe)(nil)
@@ -115,6 +125,33 @@ func (t *Troupe) WaitReady(ctx context.Context, poll time.Duration) error {
 			}
 		}
 	}
+	if t.cfg.RouteToLeader {
+		return t.findLeaders(ctx)
+	}
+	return nil
+}
+
+// findLeaders asks every endpoint for its status and records, for each
+// shard, the connection to its leader.
+func (t *Troupe) findLeaders(ctx context.Context) error {
+	byReplica := map[uint64]*grpc.ClientConn{}
+	var st *storev1.StatusResponse
+	for _, conn := range t.conns {
+		s, err := storev1.NewStoreClient(conn).Status(ctx, &storev1.StatusRequest{})
+		if err != nil {
+			return fmt.Errorf("bench: find leaders: %w", err)
+		}
+		byReplica[s.GetReplicaId()], st = conn, s
+	}
+	t.router = keyspace.NewRouter(st.GetShardCount())
+	t.leaders = make([]*grpc.ClientConn, st.GetShardCount())
+	for _, sh := range st.GetShards() {
+		conn, ok := byReplica[sh.GetLeaderReplicaId()]
+		if !ok {
+			return fmt.Errorf("bench: leader %d of shard %d is not among the endpoints", sh.GetLeaderReplicaId(), sh.GetShard())
+		}
+		t.leaders[sh.GetShard()] = conn
+	}
 	return nil
 }
 
@@ -144,12 +181,17 @@ func (t *Troupe) NewSession(_ context.Context, id int) (Session, error) {
 }
 
 func (t *Troupe) newSession(conn *grpc.ClientConn, retries *atomic.Uint64) *troupeSession {
-	return &troupeSession{
+	s := &troupeSession{
 		client:    storev1.NewStoreClient(conn),
 		txnPrefix: t.txnPrefix + "-s" + strconv.FormatUint(t.sessions.Add(1), 10) + "-",
 		retries:   retries,
 		timeout:   t.cfg.AttemptTimeout,
+		router:    t.router,
 	}
+	for _, l := range t.leaders {
+		s.leaders = append(s.leaders, storev1.NewStoreClient(l))
+	}
+	return s
 }
 
 // Retries counts the commits of sessions retried (with the same txn_id)
@@ -177,9 +219,39 @@ type troupeSession struct {
 	n         uint64
 	retries   *atomic.Uint64
 	timeout   time.Duration
+	// leaders, when set, are the clients of each shard's leader.
+	leaders []storev1.StoreClient
+	router  keyspace.Router
 }
 
 var _ Session = (*troupeSession)(nil)
+
+// clientFor returns the client to send g to on the given attempt: its
+// shard's leader first, when known, then the session's endpoint.
+func (s *troupeSession) clientFor(g *storev1.Group, attempt int) storev1.StoreClient {
+	if len(s.leaders) == 0 || attempt > 1 {
+		return s.client
+	}
+	key := ""
+	if len(g.GetConditions()) > 0 {
+		key = g.GetConditions()[0].GetKey()
+	} else if len(g.GetOps()) > 0 {
+		key = opKey(g.GetOps()[0])
+	}
+	return s.leaders[s.router.Shard(key)]
+}
+
+func opKey(op *storev1.Op) string {
+	switch o := op.GetOp().(type) {
+	case *storev1.Op_Put:
+		return o.Put.GetKey()
+	case *storev1.Op_Delete:
+		return o.Delete.GetKey()
+	case *storev1.Op_Add:
+		return o.Add.GetKey()
+	}
+	return ""
+}
 
 func put(key string, value []byte) *storev1.Op {
 	return &storev1.Op{Op: &storev1.Op_Put{Put: &storev1.Put{Key: key, Value: value}}}
@@ -198,7 +270,7 @@ func (s *troupeSession) commit(ctx context.Context, g *storev1.Group) (*storev1.
 	)
 	for attempt := 1; ; attempt++ {
 		attemptCtx, cancel := context.WithTimeout(ctx, s.timeout)
-		resp, err = s.client.Commit(attemptCtx, req)
+		resp, err = s.clientFor(g, attempt).Commit(attemptCtx, req)
 		cancel()
 		code := status.Code(err)
 		if err == nil || attempt == commitAttempts || ctx.Err() != nil ||
