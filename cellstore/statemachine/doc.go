@@ -5,9 +5,9 @@
 // batch of Raft entries through engine.Apply on one indexed Pebble batch and
 // writes the last applied Raft index into the same batch, so data and
 // applied index are always persisted together; Open returns that index and
-// Dragonboat replays the entries after it. Pebble runs without its own WAL:
-// Sync flushes memtables, and Dragonboat never compacts its log past the
-// last synced index. Snapshots stream every key of a
+// Dragonboat replays the entries after it. Batches go to Pebble's WAL
+// without fsync; Sync fsyncs it, and Dragonboat never compacts its log past
+// the last synced index. Snapshots stream every key of a
 // Pebble snapshot; recovery loads them into a fresh database directory and
 // switches to it atomically through a CURRENT file, so a crash in the middle
 // of a recovery leaves the old state intact.

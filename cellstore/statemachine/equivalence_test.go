@@ -3,6 +3,7 @@ package statemachine
 import (
 	"bytes"
 	"fmt"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"math"
 	"math/rand/v2"
 	"strconv"
@@ -633,6 +634,7 @@ type eqTroubled struct {
 	h       *eqHarness
 	rng     *rand.Rand
 	dir     string
+	fs      *vfs.MemFS // crashable: a crash keeps only what was synced
 	m       *StateMachine
 	next    uint64 // first entry not yet handed to Update
 	target  int    // size of the next batch
@@ -666,7 +668,7 @@ func (d *eqTroubled) apply(from, to uint64) {
 
 func (d *eqTroubled) reopen() uint64 {
 	d.h.t.Helper()
-	d.m = New(Config{Dir: d.dir, Logger: zap.NewNop()}, 0)
+	d.m = New(Config{Dir: d.dir, Logger: zap.NewNop(), FS: d.fs}, 0)
 	applied, err := d.m.Open(nil)
 	if err != nil {
 		d.h.t.Fatal(err)
@@ -708,13 +710,15 @@ func (d *eqTroubled) step(i uint64, b *StateMachine, checkpoint bool) {
 	d.next, d.target = i+1, 1+d.rng.IntN(eqMaxBatch)
 
 	if d.crashes < len(eqCrashAt) && i >= eqCrashAt[d.crashes] {
-		// Crash: whatever was not flushed is gone; Dragonboat replays the
+		// Crash: whatever was not synced is gone; Dragonboat replays the
 		// entries after the applied index the database kept.
 		d.crashes++
 		st.crashes++
+		crashed := d.fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
 		if err := d.m.Close(); err != nil {
 			t.Fatal(err)
 		}
+		d.fs = crashed
 		applied := d.reopen()
 		if applied < d.durable || applied > i {
 			t.Fatalf("seed %d, (d): after a crash at entry %d the applied index is %d, last made durable at %d", eqSeed, i, applied, d.durable)
@@ -764,8 +768,8 @@ func TestEquivalenceWithEngine(t *testing.T) {
 	defer func() { b.Close() }()
 	c := openEq(t, t.TempDir())
 	defer func() { c.Close() }()
-	d := &eqTroubled{h: h, rng: hrng, dir: t.TempDir(), next: 1, target: 1, first: map[uint64]*storev1.Outcome{}}
-	d.m = openEq(t, d.dir)
+	d := &eqTroubled{h: h, rng: hrng, dir: "/d", fs: vfs.NewCrashableMem(), next: 1, target: 1, first: map[uint64]*storev1.Outcome{}}
+	d.reopen()
 	defer func() { d.m.Close() }()
 
 	cNext, cTarget := uint64(1), 1+hrng.IntN(eqMaxBatch)

@@ -2,14 +2,16 @@ package statemachine
 
 import (
 	"fmt"
-	"os"
+	"io"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 
+	"github.com/cockroachdb/errors/oserror"
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	sm "github.com/lni/dragonboat/v4/statemachine"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
@@ -41,6 +43,9 @@ type Config struct {
 	Dir      string
 	Logger   *zap.Logger
 	Observer Observer
+	// FS is the file system the replicas live on (nil: the OS's). Tests
+	// use Pebble's crashable in-memory file system to simulate crashes.
+	FS vfs.FS
 }
 
 // StateMachine is one replica of one shard.
@@ -63,6 +68,9 @@ var _ sm.IOnDiskStateMachine = (*StateMachine)(nil)
 // New returns the state machine of shard index shard. Open must be called
 // (by Dragonboat) before use.
 func New(cfg Config, shard uint32) *StateMachine {
+	if cfg.FS == nil {
+		cfg.FS = vfs.Default
+	}
 	return &StateMachine{cfg: cfg, shard: shard, dir: filepath.Join(cfg.Dir, fmt.Sprintf("shard-%d", shard))}
 }
 
@@ -82,7 +90,10 @@ func (s *StateMachine) SnapshotsRecovered() uint64 { return s.recovered.Load() }
 // Open opens (or creates) the replica's database and returns the applied
 // index persisted with it.
 func (s *StateMachine) Open(<-chan struct{}) (uint64, error) {
-	if err := os.MkdirAll(s.dir, 0o755); err != nil {
+	if err := s.cfg.FS.MkdirAll(s.dir, 0o755); err != nil {
+		return 0, err
+	}
+	if err := syncDirs(s.cfg.FS, s.dir); err != nil {
 		return 0, err
 	}
 	name, err := s.currentDB()
@@ -95,7 +106,7 @@ func (s *StateMachine) Open(<-chan struct{}) (uint64, error) {
 			return 0, err
 		}
 	}
-	db, err := openPebble(filepath.Join(s.dir, name), s.cfg.Logger)
+	db, err := openPebble(s.cfg.FS, filepath.Join(s.dir, name), s.cfg.Logger)
 	if err != nil {
 		return 0, fmt.Errorf("shard %d: open %s: %w", s.shard, name, err)
 	}
@@ -181,12 +192,12 @@ func (s *StateMachine) Update(entries []sm.Entry) ([]sm.Entry, error) {
 	return entries, nil
 }
 
-// Sync makes everything applied so far durable by flushing the memtables
-// (the database has no WAL; see openPebble).
+// Sync makes everything applied so far durable by syncing Pebble's WAL
+// (Update commits without sync; see openPebble).
 func (s *StateMachine) Sync() error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.db.Flush()
+	return s.db.LogData(nil, pebble.Sync)
 }
 
 // Close closes the database.
@@ -205,21 +216,27 @@ const currentFile = "CURRENT"
 
 // currentDB names the active database directory ("" if none yet).
 func (s *StateMachine) currentDB() (string, error) {
-	b, err := os.ReadFile(filepath.Join(s.dir, currentFile))
-	if os.IsNotExist(err) {
+	f, err := s.cfg.FS.Open(filepath.Join(s.dir, currentFile))
+	if oserror.IsNotExist(err) {
 		return "", nil
 	}
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(f)
 	return strings.TrimSpace(string(b)), err
 }
 
 // setCurrentDB points CURRENT at name, atomically and durably.
 func (s *StateMachine) setCurrentDB(name string) error {
+	fs := s.cfg.FS
 	tmp := filepath.Join(s.dir, currentFile+".tmp")
-	f, err := os.Create(tmp)
+	f, err := fs.Create(tmp, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		return err
 	}
-	if _, err := f.WriteString(name + "\n"); err != nil {
+	if _, err := f.Write([]byte(name + "\n")); err != nil {
 		f.Close()
 		return err
 	}
@@ -230,15 +247,34 @@ func (s *StateMachine) setCurrentDB(name string) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, filepath.Join(s.dir, currentFile)); err != nil {
+	if err := fs.Rename(tmp, filepath.Join(s.dir, currentFile)); err != nil {
 		return err
 	}
-	d, err := os.Open(s.dir)
+	return syncDir(fs, s.dir)
+}
+
+func syncDir(fs vfs.FS, dir string) error {
+	d, err := fs.OpenDir(dir)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// syncDirs makes dir and each of its ancestors durable, so that the
+// directories MkdirAll may have created survive a crash.
+func syncDirs(fs vfs.FS, dir string) error {
+	for {
+		if err := syncDir(fs, dir); err != nil {
+			return err
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return nil
+		}
+		dir = parent
+	}
 }
 
 // nextDBName is the directory a snapshot recovery loads into.

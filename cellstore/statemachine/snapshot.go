@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -70,10 +69,10 @@ func (s *StateMachine) RecoverFromSnapshot(r io.Reader, done <-chan struct{}) er
 	}
 	next := nextDBName(cur)
 	path := filepath.Join(s.dir, next)
-	if err := os.RemoveAll(path); err != nil {
+	if err := s.cfg.FS.RemoveAll(path); err != nil {
 		return err
 	}
-	db, err := openPebble(path, s.cfg.Logger)
+	db, err := openPebble(s.cfg.FS, path, s.cfg.Logger)
 	if err != nil {
 		return err
 	}
@@ -94,7 +93,7 @@ func (s *StateMachine) RecoverFromSnapshot(r io.Reader, done <-chan struct{}) er
 			return err
 		}
 	}
-	if err := os.RemoveAll(filepath.Join(s.dir, cur)); err != nil {
+	if err := s.cfg.FS.RemoveAll(filepath.Join(s.dir, cur)); err != nil {
 		return err
 	}
 	if err := s.loadMeta(); err != nil {
