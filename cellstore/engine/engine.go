@@ -109,11 +109,16 @@ func Apply(st Storage, p *storev1.Proposal) (*Result, error) {
 func abortAll(groups []*storev1.GroupResult) {
 	for i, g := range groups {
 		if g.Committed {
-			groups[i] = &storev1.GroupResult{Failure: &storev1.Failure{
-				Reason:  storev1.FailureReason_FAILURE_REASON_ABORTED,
-				Message: "another group of the atomic request failed",
-			}}
+			groups[i] = &storev1.GroupResult{Failure: Aborted()}
 		}
+	}
+}
+
+// Aborted is the failure of a group whose atomic request failed elsewhere.
+func Aborted() *storev1.Failure {
+	return &storev1.Failure{
+		Reason:  storev1.FailureReason_FAILURE_REASON_ABORTED,
+		Message: "another group of the atomic request failed",
 	}
 }
 

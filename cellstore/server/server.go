@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/troupe-cluster/troupe/cellstore/engine"
 	"github.com/troupe-cluster/troupe/cellstore/keyspace"
 	"github.com/troupe-cluster/troupe/cellstore/statemachine"
 	"github.com/troupe-cluster/troupe/cellstore/watch"
@@ -66,7 +67,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Limits:           DefaultLimits(),
-		DedupeWindow:     10 * time.Minute,
+		DedupeWindow:     5 * time.Minute,
 		LogRetention:     100000,
 		ProgressInterval: time.Second,
 		MaxInflight:      4096,
@@ -143,8 +144,7 @@ func (s *Server) Commit(ctx context.Context, req *storev1.CommitRequest) (resp *
 	if req.GetAtomic() && slices.ContainsFunc(failures, func(f *storev1.Failure) bool { return f != nil }) {
 		for i, g := range resp.Groups {
 			if g == nil {
-				resp.Groups[i] = &storev1.GroupResult{Shard: shardOf[i], Failure: &storev1.Failure{
-					Reason: storev1.FailureReason_FAILURE_REASON_ABORTED, Message: "another group of the atomic request failed"}}
+				resp.Groups[i] = &storev1.GroupResult{Shard: shardOf[i], Failure: engine.Aborted()}
 			}
 		}
 		return resp, nil
