@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -162,18 +161,4 @@ func ParseMembers(s string) (map[uint64]string, error) {
 		out[n] = addr
 	}
 	return out, nil
-}
-
-// FormatMembers is the inverse of ParseMembers.
-func FormatMembers(m map[uint64]string) string {
-	ids := make([]uint64, 0, len(m))
-	for id := range m {
-		ids = append(ids, id)
-	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	parts := make([]string, len(ids))
-	for i, id := range ids {
-		parts[i] = fmt.Sprintf("%d=%s", id, m[id])
-	}
-	return strings.Join(parts, ",")
 }

@@ -1,0 +1,158 @@
+package node
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	// The Raft address must be known before the node starts.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func testConfig(t *testing.T, dir string) Config {
+	cfg := DefaultConfig()
+	cfg.DataDir = dir
+	cfg.RaftAddr = freeAddr(t)
+	cfg.GRPCAddr = "127.0.0.1:0"
+	cfg.HTTPAddr = "127.0.0.1:0"
+	cfg.LogDBMemory = "tiny"
+	cfg.Shards = 2
+	return cfg
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// A one-node cell: health turns ready, commits count in the metrics, and
+// the cell refuses to restart with another shard count.
+func TestNodeHealthMetricsAndShardGuard(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(t, dir)
+	n, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := n.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := httpGet(t, "http://"+n.HTTPAddr()+"/healthz"); code != http.StatusOK || strings.TrimSpace(body) != "ok" {
+		t.Fatalf("healthz: %d %q", code, body)
+	}
+	conn, err := grpc.NewClient(n.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := storev1.NewStoreClient(conn)
+	put := func(txn, key string, cond uint64) *storev1.CommitResponse {
+		resp, err := c.Commit(ctx, &storev1.CommitRequest{TxnId: txn, Groups: []*storev1.Group{{
+			Conditions: []*storev1.Condition{{Key: key, Version: cond}},
+			Ops:        []*storev1.Op{{Op: &storev1.Op_Put{Put: &storev1.Put{Key: key, Value: []byte("v")}}}},
+		}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	put("a", "/machines/m1", 0)
+	if put("b", "/machines/m1", 0).GetGroups()[0].GetCommitted() {
+		t.Fatal("second create of /machines/m1 committed")
+	}
+	_, metrics := httpGet(t, "http://"+n.HTTPAddr()+"/metrics")
+	for _, want := range []string{
+		`troupe_store_commits_total{result="committed"} 1`,
+		`troupe_store_commits_total{result="conflict"} 1`,
+		`troupe_store_group_failures_total{reason="version_mismatch"} 1`,
+		`troupe_store_commit_seconds_count 2`,
+		`troupe_raft_is_leader{shard="0"} 1`,
+		`troupe_raft_has_leader{shard="1"} 1`,
+		`troupe_raft_log_entries{shard="0"}`,
+		`troupe_store_change_log_revisions{shard=`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	st, err := c.Status(ctx, &storev1.StatusRequest{})
+	if err != nil || st.GetShardCount() != 2 || len(st.GetShards()) != 2 || st.GetGrpcAddress() != n.GRPCAddr() {
+		t.Fatalf("status: %v %v", st, err)
+	}
+	n.Close()
+
+	cfg.Shards = 3
+	if _, err := Start(cfg); err == nil || !strings.Contains(err.Error(), "created with 2 shards") {
+		t.Fatalf("restart with 3 shards: %v", err)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	ok := DefaultConfig()
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("default config: %v", err)
+	}
+	for name, tc := range map[string]struct {
+		mutate func(*Config)
+		want   string
+	}{
+		"node id":    {func(c *Config) { c.NodeID = 0 }, "NodeID"},
+		"raft addr":  {func(c *Config) { c.RaftAddr = "nowhere" }, "RaftAddr"},
+		"shards":     {func(c *Config) { c.Shards = 0 }, "Shards"},
+		"timing":     {func(c *Config) { c.ElectionRTT = 2 }, "ElectionRTT"},
+		"logdb":      {func(c *Config) { c.LogDBMemory = "huge" }, "LogDBMemory"},
+		"members":    {func(c *Config) { c.InitialMembers = map[uint64]string{2: "127.0.0.1:1"} }, "does not include this node"},
+		"member adr": {func(c *Config) { c.InitialMembers = map[uint64]string{1: "127.0.0.1:1"} }, "gives node 1 the address"},
+		"inflight":   {func(c *Config) { c.Shards = 8; c.Server.MaxInflight = 4 }, "MaxInflight"},
+		"limits":     {func(c *Config) { c.Server.Limits.MaxValueBytes = 0 }, "MaxValueBytes"},
+	} {
+		c := DefaultConfig()
+		tc.mutate(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error mentioning %q", name, err, tc.want)
+		}
+	}
+}
+
+func TestParseMembers(t *testing.T) {
+	m, err := ParseMembers("1=127.0.0.1:7101, 3=127.0.0.1:7103,2=127.0.0.1:7102")
+	if err != nil || len(m) != 3 || m[3] != "127.0.0.1:7103" {
+		t.Fatalf("ParseMembers: %v %v", m, err)
+	}
+	for _, bad := range []string{"1", "0=127.0.0.1:1", "x=127.0.0.1:1", "1=nohost", "1=127.0.0.1:1,1=127.0.0.1:2"} {
+		if _, err := ParseMembers(bad); err == nil {
+			t.Errorf("ParseMembers(%q) accepted", bad)
+		}
+	}
+	if m, err := ParseMembers(""); err != nil || len(m) != 0 {
+		t.Errorf("empty: %v %v", m, err)
+	}
+}
