@@ -18,6 +18,7 @@ run: build
 
 test: lint
 	$(GO) test -count=1 ./...
+	cd tools/benchcompare && $(GO) vet ./... && $(GO) test -short -count=1 ./...
 
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
