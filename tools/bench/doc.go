@@ -25,6 +25,9 @@
 // An op is one completed commit round trip, whether it committed or met a
 // conflict: a conflict is an Outcome, not an error (see Session). Any error
 // aborts the run: a benchmark with failed requests measures nothing.
+// The Troupe client sends each commit to its shard's leader, learnt from
+// Status (TroupeConfig.RouteToLeader), as a leader-aware client does; etcd's
+// clients spread over the members and etcd forwards to its leader.
 // Retries are the client's business, as in a real client: the Troupe
 // session retries a commit that timed out (TroupeConfig.AttemptTimeout) or
 // met an unavailable replica with the same txn_id, which the store's
