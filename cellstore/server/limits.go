@@ -17,6 +17,7 @@ type Limits struct {
 	MaxGroups       int
 	MaxTxnIDBytes   int
 	MaxRangeLimit   int // keys per Range page
+	MaxRangeBytes   int // keys and values per Range page (at least one key)
 }
 
 // DefaultLimits returns the limits a store node starts with.
@@ -29,6 +30,7 @@ func DefaultLimits() Limits {
 		MaxGroups:       1024,
 		MaxTxnIDBytes:   128,
 		MaxRangeLimit:   10000,
+		MaxRangeBytes:   2 << 20,
 	}
 }
 
@@ -38,7 +40,7 @@ func (l Limits) Validate() error {
 		name string
 		v    int
 	}{{"MaxKeyBytes", l.MaxKeyBytes}, {"MaxValueBytes", l.MaxValueBytes}, {"MaxRequestBytes", l.MaxRequestBytes},
-		{"MaxOps", l.MaxOps}, {"MaxGroups", l.MaxGroups}, {"MaxTxnIDBytes", l.MaxTxnIDBytes}, {"MaxRangeLimit", l.MaxRangeLimit}} {
+		{"MaxOps", l.MaxOps}, {"MaxGroups", l.MaxGroups}, {"MaxTxnIDBytes", l.MaxTxnIDBytes}, {"MaxRangeLimit", l.MaxRangeLimit}, {"MaxRangeBytes", l.MaxRangeBytes}} {
 		if f.v <= 0 {
 			return fmt.Errorf("limits: %s must be positive, got %d", f.name, f.v)
 		}

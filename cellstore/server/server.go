@@ -308,8 +308,12 @@ func (s *Server) Range(ctx context.Context, req *storev1.RangeRequest) (*storev1
 	cursor := s.localCursor()
 	resp := &storev1.RangeResponse{}
 	more := false
+	// Each shard's page and the merged page are cut by the same rule (limit
+	// keys, MaxRangeBytes of keys and values), so the merged page never
+	// reaches past the last key of a shard that stopped early: the next
+	// page, which starts after the merged page's last key, skips nothing.
 	for _, sh := range shards {
-		res, err := s.backend.Read(ctx, sh, statemachine.RangeQuery{Prefix: req.GetPrefix(), After: after, Limit: limit}, !req.GetStale())
+		res, err := s.backend.Read(ctx, sh, statemachine.RangeQuery{Prefix: req.GetPrefix(), After: after, Limit: limit, MaxBytes: s.cfg.Limits.MaxRangeBytes}, !req.GetStale())
 		if err != nil {
 			return nil, err
 		}
@@ -321,8 +325,8 @@ func (s *Server) Range(ctx context.Context, req *storev1.RangeRequest) (*storev1
 	if len(shards) > 1 {
 		slices.SortFunc(resp.Kvs, func(a, b *storev1.KeyValue) int { return strings.Compare(a.GetKey(), b.GetKey()) })
 	}
-	if len(resp.Kvs) > limit {
-		resp.Kvs, more = resp.Kvs[:limit], true
+	if n := pageLength(resp.Kvs, limit, s.cfg.Limits.MaxRangeBytes); n < len(resp.Kvs) {
+		resp.Kvs, more = resp.Kvs[:n], true
 	}
 	if more && len(resp.Kvs) > 0 {
 		resp.Continuation = []byte(resp.Kvs[len(resp.Kvs)-1].GetKey())
@@ -330,6 +334,19 @@ func (s *Server) Range(ctx context.Context, req *storev1.RangeRequest) (*storev1
 	resp.Cursor = cursor.Encode()
 	s.cfg.Metrics.reads.WithLabelValues("range").Inc()
 	return resp, nil
+}
+
+// pageLength is how many of the merged kvs fit a page of limit keys and
+// maxBytes of keys and values (at least one).
+func pageLength(kvs []*storev1.KeyValue, limit, maxBytes int) int {
+	size := 0
+	for i, kv := range kvs {
+		if i == limit || (i > 0 && size >= maxBytes) {
+			return i
+		}
+		size += len(kv.GetKey()) + len(kv.GetValue())
+	}
+	return len(kvs)
 }
 
 // localCursor is this replica's revision of every shard.

@@ -13,8 +13,13 @@ import (
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
-// maxRevisionsPerBatch bounds the revisions one watch response covers.
-const maxRevisionsPerBatch = 256
+// Bounds on one watch response: revisions covered, and event bytes (a
+// response always holds at least one whole revision, which the request
+// limits bound).
+const (
+	maxRevisionsPerBatch = 256
+	maxBatchBytes        = 1 << 20
+)
 
 // shardBatch is what a shard reader hands to the stream: the matching
 // events of the revisions it read, and the last revision read.
@@ -98,13 +103,19 @@ func (s *Server) followShard(ctx context.Context, shard uint32, from uint64, pre
 				return
 			}
 		}
-		b := shardBatch{shard: shard, last: entries[len(entries)-1].Revision}
+		b := shardBatch{shard: shard}
+		size := 0
 		for _, e := range entries {
+			if size >= maxBatchBytes {
+				break // the rest goes in the next response
+			}
 			for _, ev := range e.Changes.GetEvents() {
 				if strings.HasPrefix(ev.GetKv().GetKey(), prefix) {
 					b.events = append(b.events, &storev1.Event{Type: ev.GetType(), Kv: ev.GetKv(), Shard: shard})
+					size += len(ev.GetKv().GetKey()) + len(ev.GetKv().GetValue())
 				}
 			}
+			b.last = e.Revision
 		}
 		select {
 		case out <- b:

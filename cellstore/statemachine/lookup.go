@@ -23,11 +23,14 @@ type GetResult struct {
 }
 
 // RangeQuery reads up to Limit keys under Prefix that sort after After
-// ("" for the first page); the answer is a *RangeResult.
+// ("" for the first page), stopping once MaxBytes of keys and values are
+// read (0: no byte bound; at least one key is always returned); the answer
+// is a *RangeResult.
 type RangeQuery struct {
-	Prefix string
-	After  string
-	Limit  int
+	Prefix   string
+	After    string
+	Limit    int
+	MaxBytes int
 }
 
 // RangeResult is the answer to a RangeQuery.
@@ -129,14 +132,16 @@ func (s *StateMachine) scan(q RangeQuery) (*RangeResult, error) {
 		if res.Revision, err = v.uint64(engine.RevisionKey()); err != nil {
 			return err
 		}
+		size := 0
 		for ok := v.it.SeekGE(lower); ok; ok = v.it.Next() {
 			if upper != nil && bytes.Compare(v.it.Key(), upper) >= 0 {
 				break
 			}
-			if len(res.KVs) == q.Limit {
+			if len(res.KVs) == q.Limit || (q.MaxBytes > 0 && size >= q.MaxBytes) {
 				res.More = true
 				break
 			}
+			size += len(v.it.Key()) + len(v.it.Value())
 			kv, err := decodeKV(engine.UserKey(v.it.Key()), v.it.Value())
 			if err != nil {
 				return err
