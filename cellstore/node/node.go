@@ -47,6 +47,7 @@ type Node struct {
 	grpcLis    net.Listener
 	httpServer *http.Server
 	httpLis    net.Listener
+	stop       chan struct{} // ends the shards' proposers
 	closeOnce  sync.Once
 }
 
@@ -155,11 +156,18 @@ func (n *Node) startRaft() error {
 		sessions[i] = nh.GetNoOPSession(shardID(i))
 	}
 	backend := &raftBackend{nh: nh, n: n, sessions: sessions}
+	n.stop = make(chan struct{})
+	for i := range cfg.Shards {
+		pr := newProposer(backend, i, cfg.Server.MaxInflight, n.stop)
+		backend.proposers = append(backend.proposers, pr)
+		go pr.run()
+	}
 	scfg := cfg.Server
 	scfg.Logger = n.log
 	scfg.Metrics = server.NewMetrics(n.registry)
 	srv, err := server.New(scfg, backend, n.hub, cfg.Shards)
 	if err != nil {
+		close(n.stop)
 		nh.Close()
 		return err
 	}
@@ -293,6 +301,7 @@ func (n *Node) Close() {
 			n.httpServer.Close()
 		}
 		n.grpcServer.Stop()
+		close(n.stop)
 		n.nh.Close()
 	})
 }

@@ -4,8 +4,11 @@ import (
 	"context"
 	"io"
 	"net"
+	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -154,5 +157,69 @@ func TestParseMembers(t *testing.T) {
 	}
 	if m, err := ParseMembers(""); err != nil || len(m) != 0 {
 		t.Errorf("empty: %v %v", m, err)
+	}
+}
+
+// Concurrent commits to one shard are group-committed: each still gets its
+// own outcome and revision, exactly once.
+func TestGroupCommit(t *testing.T) {
+	cfg := testConfig(t, t.TempDir())
+	cfg.Shards = 1
+	n, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := n.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(n.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := storev1.NewStoreClient(conn)
+	const count = 200
+	req := func(i int) *storev1.CommitRequest {
+		k := "/machines/m" + strconv.Itoa(i)
+		return &storev1.CommitRequest{TxnId: k, Groups: []*storev1.Group{{
+			Ops: []*storev1.Op{{Op: &storev1.Op_Add{Add: &storev1.Add{Key: k, Delta: 1, Min: 0, Max: 10}}}},
+		}}}
+	}
+	before := n.StateMachine(0).AppliedIndex()
+	revs := make([]uint64, count)
+	errs := make([]error, count)
+	var wg sync.WaitGroup
+	for i := range count {
+		wg.Go(func() {
+			resp, err := c.Commit(ctx, req(i))
+			if err == nil && !resp.GetGroups()[0].GetCommitted() {
+				err = fmt.Errorf("not committed: %v", resp.GetGroups()[0])
+			}
+			errs[i] = err
+			revs[i] = resp.GetGroups()[0].GetRevision()
+		})
+	}
+	wg.Wait()
+	seen := map[uint64]bool{}
+	for i := range count {
+		if errs[i] != nil {
+			t.Fatalf("commit %d: %v", i, errs[i])
+		}
+		if revs[i] < 1 || revs[i] > count || seen[revs[i]] {
+			t.Fatalf("commit %d at revision %d: revisions must be 1..%d, each once", i, revs[i], count)
+		}
+		seen[revs[i]] = true
+	}
+	t.Logf("%d commits in %d Raft entries", count, n.StateMachine(0).AppliedIndex()-before)
+	resp, err := c.Commit(ctx, req(7))
+	if err != nil || !resp.GetDuplicate() || resp.GetGroups()[0].GetRevision() != revs[7] {
+		t.Fatalf("retry of commit 7: %v %v, want the first outcome at %d", resp, err, revs[7])
+	}
+	g, err := c.Get(ctx, &storev1.GetRequest{Key: "/machines/m7"})
+	if err != nil || string(g.GetKv().GetValue()) != "1" {
+		t.Fatalf("counter after a retried add: %v %v", g, err)
 	}
 }

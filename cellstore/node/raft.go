@@ -10,13 +10,10 @@ import (
 	"github.com/lni/dragonboat/v4/client"
 	dbconfig "github.com/lni/dragonboat/v4/config"
 	"github.com/lni/dragonboat/v4/logger"
-	sm "github.com/lni/dragonboat/v4/statemachine"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/troupe-cluster/troupe/cellstore/server"
-	"github.com/troupe-cluster/troupe/cellstore/statemachine"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -46,9 +43,10 @@ func shardID(i uint32) uint64 { return uint64(i) + 1 }
 
 // raftBackend implements server.Backend with a Dragonboat NodeHost.
 type raftBackend struct {
-	nh       *dragonboat.NodeHost
-	n        *Node
-	sessions []*client.Session
+	nh        *dragonboat.NodeHost
+	n         *Node
+	sessions  []*client.Session
+	proposers []*proposer
 }
 
 var _ server.Backend = (*raftBackend)(nil)
@@ -95,28 +93,9 @@ func retryable(err error) bool {
 		errors.Is(err, dragonboat.ErrRejected)
 }
 
-// Propose implements server.Backend.
+// Propose implements server.Backend: the shard's proposer group-commits it.
 func (b *raftBackend) Propose(ctx context.Context, shard uint32, p *storev1.Proposal) (*storev1.Outcome, error) {
-	cmd, err := proto.Marshal(p)
-	if err != nil {
-		return nil, status.Errorf(codes.Internal, "encode proposal: %v", err)
-	}
-	var res sm.Result
-	err = b.attempt(ctx, func(ctx context.Context) (err error) {
-		res, err = b.nh.SyncPropose(ctx, b.sessions[shard], cmd)
-		return err
-	})
-	if err != nil {
-		return nil, raftError("commit", shard, err)
-	}
-	if res.Value != statemachine.ResultOutcome {
-		return nil, status.Errorf(codes.Internal, "commit: shard %d rejected the proposal: %s", shard, res.Data)
-	}
-	out := &storev1.Outcome{}
-	if err := proto.Unmarshal(res.Data, out); err != nil {
-		return nil, status.Errorf(codes.Internal, "commit: shard %d: decode outcome: %v", shard, err)
-	}
-	return out, nil
+	return b.proposers[shard].propose(ctx, p)
 }
 
 // Read implements server.Backend.

@@ -10,7 +10,6 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	sm "github.com/lni/dragonboat/v4/statemachine"
 	"go.uber.org/zap"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/troupe-cluster/troupe/cellstore/statemachine"
 	"github.com/troupe-cluster/troupe/cellstore/watch"
@@ -41,7 +40,7 @@ func newSMBackend(t *testing.T, shards int, hub *watch.Hub) *smBackend {
 }
 
 func (b *smBackend) Propose(_ context.Context, shard uint32, p *storev1.Proposal) (*storev1.Outcome, error) {
-	cmd, err := proto.Marshal(p)
+	cmd, err := statemachine.EncodeEntry(p)
 	if err != nil {
 		return nil, err
 	}
@@ -52,8 +51,11 @@ func (b *smBackend) Propose(_ context.Context, shard uint32, p *storev1.Proposal
 	if err != nil {
 		return nil, err
 	}
-	o := &storev1.Outcome{}
-	return o, proto.Unmarshal(out[0].Result.Data, o)
+	outs, err := statemachine.DecodeResult(out[0].Result)
+	if err != nil {
+		return nil, err
+	}
+	return outs[0], nil
 }
 
 func (b *smBackend) Read(_ context.Context, shard uint32, q any, _ bool) (any, error) {

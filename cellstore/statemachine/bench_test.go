@@ -6,7 +6,6 @@ import (
 
 	sm "github.com/lni/dragonboat/v4/statemachine"
 	"go.uber.org/zap"
-	"google.golang.org/protobuf/proto"
 
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
@@ -22,7 +21,7 @@ func BenchmarkUpdate(b *testing.B) {
 	entries := make([]sm.Entry, b.N)
 	for i := range entries {
 		task := fmt.Sprintf("/tasks/ns/j%d/%d", i/100, i%100)
-		cmd, _ := proto.Marshal(&storev1.Proposal{
+		cmd, _ := EncodeEntry(&storev1.Proposal{
 			TxnId: fmt.Sprintf("b-%d", i), NowUnixNanos: int64(i), DedupeWindowNanos: 1e12, LogRetention: 10000,
 			GroupIndexes: []uint32{0},
 			Groups: []*storev1.Group{{

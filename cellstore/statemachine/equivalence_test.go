@@ -457,13 +457,11 @@ func (h *eqHarness) update(who string, m *StateMachine, from, to uint64) []*stor
 			}
 			continue
 		}
-		if e.Result.Value != ResultOutcome {
-			h.fatalf(e.Index, "%s: result code %d (%s)", who, e.Result.Value, e.Result.Data)
+		decoded, err := DecodeResult(e.Result)
+		if err != nil || len(decoded) != 1 {
+			h.fatalf(e.Index, "%s: %d outcomes (%v)", who, len(decoded), err)
 		}
-		got := &storev1.Outcome{}
-		if err := proto.Unmarshal(e.Result.Data, got); err != nil {
-			h.fatalf(e.Index, "%s: outcome: %v", who, err)
-		}
+		got := decoded[0]
 		if !proto.Equal(got, want) {
 			h.fatalf(e.Index, "%s (batch [%d, %d]): outcome differs from the engine's\n got: %s\nwant: %s",
 				who, from, to, prototext.Format(got), prototext.Format(want))
@@ -781,7 +779,7 @@ func TestEquivalenceWithEngine(t *testing.T) {
 		} else {
 			h.props[i] = p
 			var err error
-			if h.cmds[i], err = proto.Marshal(p); err != nil {
+			if h.cmds[i], err = EncodeEntry(p); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -22,7 +22,7 @@ import (
 
 // Result codes in sm.Result.Value.
 const (
-	// ResultOutcome: Data holds an encoded storev1.Outcome.
+	// ResultOutcome: Data holds an encoded storev1.OutcomeBatch.
 	ResultOutcome uint64 = 1
 	// ResultRejected: the entry could not be decoded; Data holds the reason.
 	ResultRejected uint64 = 2
@@ -82,6 +82,23 @@ func (s *StateMachine) AppliedIndex() uint64 { return s.applied.Load() }
 
 // Revision is the shard revision as of the last applied entry.
 func (s *StateMachine) Revision() uint64 { return s.revision.Load() }
+
+// EncodeEntry encodes proposals as one Raft entry, applied in order.
+func EncodeEntry(ps ...*storev1.Proposal) ([]byte, error) {
+	return proto.Marshal(&storev1.ProposalBatch{Proposals: ps})
+}
+
+// DecodeResult returns the outcomes of an applied entry, one per proposal.
+func DecodeResult(r sm.Result) ([]*storev1.Outcome, error) {
+	if r.Value != ResultOutcome {
+		return nil, fmt.Errorf("entry rejected: %s", r.Data)
+	}
+	outs := &storev1.OutcomeBatch{}
+	if err := proto.Unmarshal(r.Data, outs); err != nil {
+		return nil, err
+	}
+	return outs.GetOutcomes(), nil
+}
 
 // SnapshotsRecovered counts the snapshots this replica has loaded since it
 // was created: how often it caught up by snapshot rather than by log.
@@ -154,23 +171,27 @@ func (s *StateMachine) Update(entries []sm.Entry) ([]sm.Entry, error) {
 		if e.Index <= s.applied.Load() {
 			panic(fmt.Sprintf("shard %d: entry %d already applied (applied index %d)", s.shard, e.Index, s.applied.Load()))
 		}
-		p := &storev1.Proposal{}
-		if err := proto.Unmarshal(e.Cmd, p); err != nil {
-			e.Result = sm.Result{Value: ResultRejected, Data: []byte("undecodable proposal: " + err.Error())}
+		batch := &storev1.ProposalBatch{}
+		if err := proto.Unmarshal(e.Cmd, batch); err != nil {
+			e.Result = sm.Result{Value: ResultRejected, Data: []byte("undecodable entry: " + err.Error())}
 			continue
 		}
-		res, err := engine.Apply(st, p)
-		if err != nil {
-			return nil, fmt.Errorf("shard %d: apply entry %d: %w", s.shard, e.Index, err)
+		outs := &storev1.OutcomeBatch{Outcomes: make([]*storev1.Outcome, len(batch.GetProposals()))}
+		for j, p := range batch.GetProposals() {
+			res, err := engine.Apply(st, p)
+			if err != nil {
+				return nil, fmt.Errorf("shard %d: apply entry %d: %w", s.shard, e.Index, err)
+			}
+			outs.Outcomes[j] = res.Outcome
+			if res.Changes != nil {
+				changes = append(changes, change{res.Outcome.GetRevision(), res.Changes})
+			}
 		}
-		data, err := proto.Marshal(res.Outcome)
+		data, err := proto.Marshal(outs)
 		if err != nil {
 			return nil, err
 		}
 		e.Result = sm.Result{Value: ResultOutcome, Data: data}
-		if res.Changes != nil {
-			changes = append(changes, change{res.Outcome.GetRevision(), res.Changes})
-		}
 	}
 	last := entries[len(entries)-1].Index
 	if err := st.Set(engine.AppliedIndexKey(), engine.EncodeUint64(last)); err != nil {

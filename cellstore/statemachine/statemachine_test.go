@@ -8,7 +8,6 @@ import (
 
 	sm "github.com/lni/dragonboat/v4/statemachine"
 	"go.uber.org/zap"
-	"google.golang.org/protobuf/proto"
 
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
@@ -33,7 +32,7 @@ func open(t *testing.T, dir string, obs Observer) *StateMachine {
 
 func putEntry(t *testing.T, index uint64, key, value string) sm.Entry {
 	t.Helper()
-	cmd, err := proto.Marshal(&storev1.Proposal{
+	cmd, err := EncodeEntry(&storev1.Proposal{
 		TxnId:             fmt.Sprintf("txn-%d", index),
 		NowUnixNanos:      int64(index),
 		DedupeWindowNanos: 1000,
@@ -72,8 +71,7 @@ func TestUpdatePersistsAppliedIndexWithData(t *testing.T) {
 	if out[0].Result.Value != ResultOutcome || out[2].Result.Value != ResultRejected {
 		t.Fatalf("results: %+v", out)
 	}
-	o := &storev1.Outcome{}
-	if err := proto.Unmarshal(out[1].Result.Data, o); err != nil || o.GetRevision() != 2 {
+	if o, err := DecodeResult(out[1].Result); err != nil || len(o) != 1 || o[0].GetRevision() != 2 {
 		t.Fatalf("outcome of entry 2: %v %v", o, err)
 	}
 	if m.AppliedIndex() != 3 || m.Revision() != 2 {

@@ -319,6 +319,104 @@ func (x *ChangeSet) GetEvents() []*Event {
 	return nil
 }
 
+// ProposalBatch is one Raft entry: proposals of concurrent requests to one
+// shard, applied in order (group commit).
+type ProposalBatch struct {
+	state         protoimpl.MessageState
+	sizeCache     protoimpl.SizeCache
+	unknownFields protoimpl.UnknownFields
+
+	Proposals []*Proposal `protobuf:"bytes,1,rep,name=proposals,proto3" json:"proposals,omitempty"`
+}
+
+func (x *ProposalBatch) Reset() {
+	*x = ProposalBatch{}
+	if protoimpl.UnsafeEnabled {
+		mi := &file_troupe_store_v1_raft_proto_msgTypes[4]
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		ms.StoreMessageInfo(mi)
+	}
+}
+
+func (x *ProposalBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProposalBatch) ProtoMessage() {}
+
+func (x *ProposalBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_troupe_store_v1_raft_proto_msgTypes[4]
+	if protoimpl.UnsafeEnabled && x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProposalBatch.ProtoReflect.Descriptor instead.
+func (*ProposalBatch) Descriptor() ([]byte, []int) {
+	return file_troupe_store_v1_raft_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ProposalBatch) GetProposals() []*Proposal {
+	if x != nil {
+		return x.Proposals
+	}
+	return nil
+}
+
+// OutcomeBatch is the result of applying a ProposalBatch, one outcome per
+// proposal.
+type OutcomeBatch struct {
+	state         protoimpl.MessageState
+	sizeCache     protoimpl.SizeCache
+	unknownFields protoimpl.UnknownFields
+
+	Outcomes []*Outcome `protobuf:"bytes,1,rep,name=outcomes,proto3" json:"outcomes,omitempty"`
+}
+
+func (x *OutcomeBatch) Reset() {
+	*x = OutcomeBatch{}
+	if protoimpl.UnsafeEnabled {
+		mi := &file_troupe_store_v1_raft_proto_msgTypes[5]
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		ms.StoreMessageInfo(mi)
+	}
+}
+
+func (x *OutcomeBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OutcomeBatch) ProtoMessage() {}
+
+func (x *OutcomeBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_troupe_store_v1_raft_proto_msgTypes[5]
+	if protoimpl.UnsafeEnabled && x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OutcomeBatch.ProtoReflect.Descriptor instead.
+func (*OutcomeBatch) Descriptor() ([]byte, []int) {
+	return file_troupe_store_v1_raft_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *OutcomeBatch) GetOutcomes() []*Outcome {
+	if x != nil {
+		return x.Outcomes
+	}
+	return nil
+}
+
 var File_troupe_store_v1_raft_proto protoreflect.FileDescriptor
 
 var file_troupe_store_v1_raft_proto_rawDesc = []byte{
@@ -368,7 +466,16 @@ var file_troupe_store_v1_raft_proto_rawDesc = []byte{
 	0x09, 0x43, 0x68, 0x61, 0x6e, 0x67, 0x65, 0x53, 0x65, 0x74, 0x12, 0x2e, 0x0a, 0x06, 0x65, 0x76,
 	0x65, 0x6e, 0x74, 0x73, 0x18, 0x01, 0x20, 0x03, 0x28, 0x0b, 0x32, 0x16, 0x2e, 0x74, 0x72, 0x6f,
 	0x75, 0x70, 0x65, 0x2e, 0x73, 0x74, 0x6f, 0x72, 0x65, 0x2e, 0x76, 0x31, 0x2e, 0x45, 0x76, 0x65,
-	0x6e, 0x74, 0x52, 0x06, 0x65, 0x76, 0x65, 0x6e, 0x74, 0x73, 0x42, 0x40, 0x5a, 0x3e, 0x67, 0x69,
+	0x6e, 0x74, 0x52, 0x06, 0x65, 0x76, 0x65, 0x6e, 0x74, 0x73, 0x22, 0x48, 0x0a, 0x0d, 0x50, 0x72,
+	0x6f, 0x70, 0x6f, 0x73, 0x61, 0x6c, 0x42, 0x61, 0x74, 0x63, 0x68, 0x12, 0x37, 0x0a, 0x09, 0x70,
+	0x72, 0x6f, 0x70, 0x6f, 0x73, 0x61, 0x6c, 0x73, 0x18, 0x01, 0x20, 0x03, 0x28, 0x0b, 0x32, 0x19,
+	0x2e, 0x74, 0x72, 0x6f, 0x75, 0x70, 0x65, 0x2e, 0x73, 0x74, 0x6f, 0x72, 0x65, 0x2e, 0x76, 0x31,
+	0x2e, 0x50, 0x72, 0x6f, 0x70, 0x6f, 0x73, 0x61, 0x6c, 0x52, 0x09, 0x70, 0x72, 0x6f, 0x70, 0x6f,
+	0x73, 0x61, 0x6c, 0x73, 0x22, 0x44, 0x0a, 0x0c, 0x4f, 0x75, 0x74, 0x63, 0x6f, 0x6d, 0x65, 0x42,
+	0x61, 0x74, 0x63, 0x68, 0x12, 0x34, 0x0a, 0x08, 0x6f, 0x75, 0x74, 0x63, 0x6f, 0x6d, 0x65, 0x73,
+	0x18, 0x01, 0x20, 0x03, 0x28, 0x0b, 0x32, 0x18, 0x2e, 0x74, 0x72, 0x6f, 0x75, 0x70, 0x65, 0x2e,
+	0x73, 0x74, 0x6f, 0x72, 0x65, 0x2e, 0x76, 0x31, 0x2e, 0x4f, 0x75, 0x74, 0x63, 0x6f, 0x6d, 0x65,
+	0x52, 0x08, 0x6f, 0x75, 0x74, 0x63, 0x6f, 0x6d, 0x65, 0x73, 0x42, 0x40, 0x5a, 0x3e, 0x67, 0x69,
 	0x74, 0x68, 0x75, 0x62, 0x2e, 0x63, 0x6f, 0x6d, 0x2f, 0x74, 0x72, 0x6f, 0x75, 0x70, 0x65, 0x2d,
 	0x63, 0x6c, 0x75, 0x73, 0x74, 0x65, 0x72, 0x2f, 0x74, 0x72, 0x6f, 0x75, 0x70, 0x65, 0x2f, 0x70,
 	0x72, 0x6f, 0x74, 0x6f, 0x2f, 0x74, 0x72, 0x6f, 0x75, 0x70, 0x65, 0x2f, 0x73, 0x74, 0x6f, 0x72,
@@ -388,26 +495,30 @@ func file_troupe_store_v1_raft_proto_rawDescGZIP() []byte {
 	return file_troupe_store_v1_raft_proto_rawDescData
 }
 
-var file_troupe_store_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_troupe_store_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_troupe_store_v1_raft_proto_goTypes = []interface{}{
-	(*Proposal)(nil),    // 0: troupe.store.v1.Proposal
-	(*Outcome)(nil),     // 1: troupe.store.v1.Outcome
-	(*TxnRecord)(nil),   // 2: troupe.store.v1.TxnRecord
-	(*ChangeSet)(nil),   // 3: troupe.store.v1.ChangeSet
-	(*Group)(nil),       // 4: troupe.store.v1.Group
-	(*GroupResult)(nil), // 5: troupe.store.v1.GroupResult
-	(*Event)(nil),       // 6: troupe.store.v1.Event
+	(*Proposal)(nil),      // 0: troupe.store.v1.Proposal
+	(*Outcome)(nil),       // 1: troupe.store.v1.Outcome
+	(*TxnRecord)(nil),     // 2: troupe.store.v1.TxnRecord
+	(*ChangeSet)(nil),     // 3: troupe.store.v1.ChangeSet
+	(*ProposalBatch)(nil), // 4: troupe.store.v1.ProposalBatch
+	(*OutcomeBatch)(nil),  // 5: troupe.store.v1.OutcomeBatch
+	(*Group)(nil),         // 6: troupe.store.v1.Group
+	(*GroupResult)(nil),   // 7: troupe.store.v1.GroupResult
+	(*Event)(nil),         // 8: troupe.store.v1.Event
 }
 var file_troupe_store_v1_raft_proto_depIdxs = []int32{
-	4, // 0: troupe.store.v1.Proposal.groups:type_name -> troupe.store.v1.Group
-	5, // 1: troupe.store.v1.Outcome.groups:type_name -> troupe.store.v1.GroupResult
+	6, // 0: troupe.store.v1.Proposal.groups:type_name -> troupe.store.v1.Group
+	7, // 1: troupe.store.v1.Outcome.groups:type_name -> troupe.store.v1.GroupResult
 	1, // 2: troupe.store.v1.TxnRecord.outcome:type_name -> troupe.store.v1.Outcome
-	6, // 3: troupe.store.v1.ChangeSet.events:type_name -> troupe.store.v1.Event
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	8, // 3: troupe.store.v1.ChangeSet.events:type_name -> troupe.store.v1.Event
+	0, // 4: troupe.store.v1.ProposalBatch.proposals:type_name -> troupe.store.v1.Proposal
+	1, // 5: troupe.store.v1.OutcomeBatch.outcomes:type_name -> troupe.store.v1.Outcome
+	6, // [6:6] is the sub-list for method output_type
+	6, // [6:6] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_troupe_store_v1_raft_proto_init() }
@@ -465,6 +576,30 @@ func file_troupe_store_v1_raft_proto_init() {
 				return nil
 			}
 		}
+		file_troupe_store_v1_raft_proto_msgTypes[4].Exporter = func(v interface{}, i int) interface{} {
+			switch v := v.(*ProposalBatch); i {
+			case 0:
+				return &v.state
+			case 1:
+				return &v.sizeCache
+			case 2:
+				return &v.unknownFields
+			default:
+				return nil
+			}
+		}
+		file_troupe_store_v1_raft_proto_msgTypes[5].Exporter = func(v interface{}, i int) interface{} {
+			switch v := v.(*OutcomeBatch); i {
+			case 0:
+				return &v.state
+			case 1:
+				return &v.sizeCache
+			case 2:
+				return &v.unknownFields
+			default:
+				return nil
+			}
+		}
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -472,7 +607,7 @@ func file_troupe_store_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: file_troupe_store_v1_raft_proto_rawDesc,
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
