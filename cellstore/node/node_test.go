@@ -2,9 +2,9 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
-	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
