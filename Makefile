@@ -31,7 +31,7 @@ proto:
 	protoc -I proto \
 		--go_out=. --go_opt=module=github.com/troupe-cluster/troupe \
 		--go-grpc_out=. --go-grpc_opt=module=github.com/troupe-cluster/troupe \
-		proto/troupe/store/v1/*.proto
+		proto/troupe/store/v1/*.proto proto/troupe/v1/*.proto
 
 # Store microbenchmarks and the troupe-only workloads.
 bench: build

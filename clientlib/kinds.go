@@ -1,0 +1,163 @@
+package clientlib
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+
+	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
+)
+
+// Object is what every kind's Go type is: a protobuf message with
+// metadata.
+type Object interface {
+	proto.Message
+	GetMetadata() *troupev1.ObjectMeta
+}
+
+// Kind describes one kind of object: its name, where its objects live in
+// the keyspace, and how to make an empty one. Kinds are values; the
+// package defines one per type of the object model (Machines, Jobs, ...).
+type Kind[T Object] struct {
+	// Name is the kind's name in manifests and policies ("Machine").
+	Name string
+	// Namespaced kinds need metadata.namespace.
+	Namespaced bool
+	// Prefix is the key prefix of every object of the kind.
+	Prefix string
+	// key returns the key of obj below Prefix.
+	key func(obj T) (string, error)
+	new func() T
+}
+
+// Key returns the store key of obj.
+func (k Kind[T]) Key(obj T) (string, error) {
+	if obj.GetMetadata() == nil {
+		return "", fmt.Errorf("%s: metadata is required", k.Name)
+	}
+	rest, err := k.key(obj)
+	if err != nil {
+		return "", fmt.Errorf("%s %q: %w", k.Name, obj.GetMetadata().GetName(), err)
+	}
+	return k.Prefix + rest, nil
+}
+
+// New returns an empty object of the kind.
+func (k Kind[T]) New() T { return k.new() }
+
+// segment checks one path segment of a key.
+func segment(what, s string) (string, error) {
+	if s == "" {
+		return "", fmt.Errorf("%s is empty", what)
+	}
+	if strings.Contains(s, "/") {
+		return "", fmt.Errorf("%s %q contains '/'", what, s)
+	}
+	return s, nil
+}
+
+func byName[T Object](obj T) (string, error) { return segment("name", obj.GetMetadata().GetName()) }
+
+func byNamespaceName[T Object](obj T) (string, error) {
+	ns, err := segment("namespace", obj.GetMetadata().GetNamespace())
+	if err != nil {
+		return "", err
+	}
+	name, err := segment("name", obj.GetMetadata().GetName())
+	return ns + "/" + name, err
+}
+
+// TaskRef is a task's identity, "<namespace>/<job>/<index>": the name of
+// its Binding and Run and the tail of their keys.
+func TaskRef(namespace, job string, index int32) string {
+	return namespace + "/" + job + "/" + strconv.Itoa(int(index))
+}
+
+// TaskName is the metadata.name of a job's task.
+func TaskName(job string, index int32) string { return job + "-" + strconv.Itoa(int(index)) }
+
+// taskRef checks a "<namespace>/<job>/<index>" name.
+func taskRef(name string) (string, error) {
+	parts := strings.Split(name, "/")
+	if len(parts) != 3 || parts[0] == "" || parts[1] == "" {
+		return "", fmt.Errorf("name %q is not <namespace>/<job>/<index>", name)
+	}
+	if _, err := strconv.ParseUint(parts[2], 10, 31); err != nil {
+		return "", fmt.Errorf("name %q: index is not a number", name)
+	}
+	return name, nil
+}
+
+// machineScoped keys an object by its machine and task reference.
+func machineScoped(machine, name string) (string, error) {
+	m, err := segment("machine", machine)
+	if err != nil {
+		return "", err
+	}
+	ref, err := taskRef(name)
+	return m + "/" + ref, err
+}
+
+// The kinds of the object model and their keys (see ARCHITECTURE.md).
+var (
+	Machines = Kind[*troupev1.Machine]{Name: "Machine", Prefix: "/machines/",
+		key: byName[*troupev1.Machine], new: func() *troupev1.Machine { return &troupev1.Machine{} }}
+	Leases = Kind[*troupev1.Lease]{Name: "Lease", Prefix: "/leases/",
+		key: byName[*troupev1.Lease], new: func() *troupev1.Lease { return &troupev1.Lease{} }}
+	Jobs = Kind[*troupev1.Job]{Name: "Job", Namespaced: true, Prefix: "/jobs/",
+		key: byNamespaceName[*troupev1.Job], new: func() *troupev1.Job { return &troupev1.Job{} }}
+	Tasks = Kind[*troupev1.Task]{Name: "Task", Namespaced: true, Prefix: "/tasks/",
+		key: func(t *troupev1.Task) (string, error) {
+			ns, err := segment("namespace", t.GetMetadata().GetNamespace())
+			if err != nil {
+				return "", err
+			}
+			job, err := segment("spec.job", t.GetSpec().GetJob())
+			if err != nil {
+				return "", err
+			}
+			if want := TaskName(job, t.GetSpec().GetIndex()); t.GetMetadata().GetName() != want {
+				return "", fmt.Errorf("name must be %q (<job>-<index>)", want)
+			}
+			return ns + "/" + job + "/" + strconv.Itoa(int(t.GetSpec().GetIndex())), nil
+		},
+		new: func() *troupev1.Task { return &troupev1.Task{} }}
+	Bindings = Kind[*troupev1.Binding]{Name: "Binding", Prefix: "/bindings/",
+		key: func(b *troupev1.Binding) (string, error) {
+			return machineScoped(b.GetMachine(), b.GetMetadata().GetName())
+		},
+		new: func() *troupev1.Binding { return &troupev1.Binding{} }}
+	Runs = Kind[*troupev1.Run]{Name: "Run", Prefix: "/runs/",
+		key: func(r *troupev1.Run) (string, error) { return machineScoped(r.GetMachine(), r.GetMetadata().GetName()) },
+		new: func() *troupev1.Run { return &troupev1.Run{} }}
+	Schedulers = Kind[*troupev1.SchedulerInfo]{Name: "SchedulerInfo", Prefix: "/schedulers/",
+		key: byName[*troupev1.SchedulerInfo], new: func() *troupev1.SchedulerInfo { return &troupev1.SchedulerInfo{} }}
+	ValidationPolicies = Kind[*troupev1.ValidationPolicy]{Name: "ValidationPolicy", Prefix: "/policies/",
+		key: byName[*troupev1.ValidationPolicy], new: func() *troupev1.ValidationPolicy { return &troupev1.ValidationPolicy{} }}
+)
+
+// Encode returns the stored form of obj: its encoding without
+// metadata.version, which belongs to the key, not the value.
+func Encode[T Object](obj T) ([]byte, error) {
+	if v := obj.GetMetadata().GetVersion(); v == 0 {
+		return proto.MarshalOptions{Deterministic: true}.Marshal(obj)
+	}
+	c := proto.Clone(obj).(T)
+	c.GetMetadata().Version = 0
+	return proto.MarshalOptions{Deterministic: true}.Marshal(c)
+}
+
+// Decode decodes a stored value of kind k written at version.
+func Decode[T Object](k Kind[T], value []byte, version uint64) (T, error) {
+	obj := k.New()
+	if err := proto.Unmarshal(value, obj); err != nil {
+		return obj, fmt.Errorf("decode %s: %w", k.Name, err)
+	}
+	if obj.GetMetadata() == nil {
+		return obj, fmt.Errorf("decode %s: no metadata", k.Name)
+	}
+	obj.GetMetadata().Version = version
+	return obj, nil
+}

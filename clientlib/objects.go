@@ -1,0 +1,123 @@
+package clientlib
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// ErrNotFound is returned by Get when the key does not exist.
+var ErrNotFound = errors.New("not found")
+
+// Get reads the object of kind k at key.
+func Get[T Object](ctx context.Context, s Store, k Kind[T], key string) (T, error) {
+	kv, err := s.Get(ctx, key)
+	if err != nil {
+		var zero T
+		return zero, fmt.Errorf("get %s %s: %w", k.Name, key, err)
+	}
+	if kv == nil {
+		var zero T
+		return zero, fmt.Errorf("get %s %s: %w", k.Name, key, ErrNotFound)
+	}
+	return Decode(k, kv.GetValue(), kv.GetVersion())
+}
+
+// List reads every object of kind k whose key starts with k.Prefix+within
+// (within "" lists the kind; for a job's tasks, "<namespace>/<job>/"). It
+// also returns the cursor to watch from for what changes after the list.
+func List[T Object](ctx context.Context, s Store, k Kind[T], within string) ([]T, []byte, error) {
+	kvs, cursor, err := s.List(ctx, k.Prefix+within)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list %s %s: %w", k.Name, k.Prefix+within, err)
+	}
+	out := make([]T, 0, len(kvs))
+	for _, kv := range kvs {
+		obj, err := Decode(k, kv.GetValue(), kv.GetVersion())
+		if err != nil {
+			return nil, nil, fmt.Errorf("list %s: key %s: %w", k.Name, kv.GetKey(), err)
+		}
+		out = append(out, obj)
+	}
+	return out, cursor, nil
+}
+
+// Create stores a new object, failing with a *ConflictError if its key
+// exists. It fills in metadata.uid and metadata.created when empty and
+// returns the stored object with its version; obj itself is not changed.
+func Create[T Object](ctx context.Context, s Store, k Kind[T], obj T) (T, error) {
+	obj = proto.Clone(obj).(T)
+	m := obj.GetMetadata()
+	if m == nil {
+		var zero T
+		return zero, fmt.Errorf("create %s: metadata is required", k.Name)
+	}
+	m.Version = 0
+	if m.Uid == "" {
+		m.Uid = newUID()
+	}
+	if m.Created == nil {
+		m.Created = timestamppb.Now()
+	}
+	return write(ctx, s, k, obj, "create")
+}
+
+// Update stores obj over the version it was read at, failing with a
+// *ConflictError if the object changed (or vanished) since. It returns the
+// stored object with its new version.
+func Update[T Object](ctx context.Context, s Store, k Kind[T], obj T) (T, error) {
+	if obj.GetMetadata().GetVersion() == 0 {
+		var zero T
+		return zero, fmt.Errorf("update %s %q: no version: read the object first (or Create it)", k.Name, obj.GetMetadata().GetName())
+	}
+	return write(ctx, s, k, proto.Clone(obj).(T), "update")
+}
+
+func write[T Object](ctx context.Context, s Store, k Kind[T], obj T, op string) (T, error) {
+	var zero T
+	t := NewTxn(s)
+	PutObject(t.Group(), k, obj)
+	out, err := t.Commit(ctx)
+	if err == nil {
+		err = out.Err()
+	}
+	if err != nil {
+		return zero, fmt.Errorf("%s %s %q: %w", op, k.Name, obj.GetMetadata().GetName(), err)
+	}
+	obj.GetMetadata().Version = out.Groups[0].Revision
+	return obj, nil
+}
+
+// Delete deletes obj if it still has the version it was read at (version
+// 0: whatever it has).
+func Delete[T Object](ctx context.Context, s Store, k Kind[T], obj T) error {
+	t := NewTxn(s)
+	if obj.GetMetadata().GetVersion() == 0 {
+		key, err := k.Key(obj)
+		if err != nil {
+			return err
+		}
+		t.Group().Delete(key)
+	} else {
+		DeleteObject(t.Group(), k, obj)
+	}
+	out, err := t.Commit(ctx)
+	if err == nil {
+		err = out.Err()
+	}
+	if err != nil {
+		return fmt.Errorf("delete %s %q: %w", k.Name, obj.GetMetadata().GetName(), err)
+	}
+	return nil
+}
+
+func newUID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails
+	return hex.EncodeToString(b)
+}

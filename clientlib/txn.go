@@ -1,0 +1,222 @@
+package clientlib
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
+)
+
+// Store is what the typed layer needs of a connection: *Client is one;
+// an in-memory store can be another.
+type Store interface {
+	Commit(ctx context.Context, req *storev1.CommitRequest) (*storev1.CommitResponse, error)
+	Get(ctx context.Context, key string) (*storev1.KeyValue, error)
+	List(ctx context.Context, prefix string) (kvs []*storev1.KeyValue, cursor []byte, err error)
+}
+
+// Txn builds one commit request: reads recorded with their versions, then
+// one or more groups of conditions and operations. Without Atomic each
+// group commits or fails alone; with it, all or none. A Txn is used by one
+// goroutine and committed once.
+//
+//	t := clientlib.NewTxn(store)
+//	kv, _ := t.Read(ctx, "/machines/m1")
+//	t.Group().RequireRead("/machines/m1").Add("/alloc/m1/cpu", 500, 0, 4000)
+//	out, err := t.Commit(ctx) // err: the request failed; out: per-group results
+type Txn struct {
+	s      Store
+	atomic bool
+	groups []*storev1.Group
+	reads  map[string]uint64
+	err    error
+}
+
+// NewTxn starts a transaction on s.
+func NewTxn(s Store) *Txn { return &Txn{s: s, reads: map[string]uint64{}} }
+
+// Atomic makes the transaction all-or-nothing.
+func (t *Txn) Atomic() *Txn {
+	t.atomic = true
+	return t
+}
+
+// Read reads key and records its version for RequireRead. It returns nil
+// when the key does not exist (recorded as version 0).
+func (t *Txn) Read(ctx context.Context, key string) (*storev1.KeyValue, error) {
+	kv, err := t.s.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	t.reads[key] = kv.GetVersion()
+	return kv, nil
+}
+
+// Group starts a new group.
+func (t *Txn) Group() *Group {
+	g := &storev1.Group{}
+	t.groups = append(t.groups, g)
+	return &Group{t: t, g: g}
+}
+
+// Group adds conditions and operations to one group of a Txn.
+type Group struct {
+	t *Txn
+	g *storev1.Group
+}
+
+// Require makes the group conditional on key's version (0: absent).
+func (g *Group) Require(key string, version uint64) *Group {
+	g.g.Conditions = append(g.g.Conditions, &storev1.Condition{Key: key, Version: version})
+	return g
+}
+
+// RequireRead makes the group conditional on key still having the version
+// Txn.Read saw.
+func (g *Group) RequireRead(key string) *Group {
+	v, ok := g.t.reads[key]
+	if !ok {
+		g.t.fail(fmt.Errorf("RequireRead(%q): the key was not read in this transaction", key))
+		return g
+	}
+	return g.Require(key, v)
+}
+
+// Put writes value at key.
+func (g *Group) Put(key string, value []byte) *Group {
+	g.g.Ops = append(g.g.Ops, &storev1.Op{Op: &storev1.Op_Put{Put: &storev1.Put{Key: key, Value: value}}})
+	return g
+}
+
+// Delete deletes key.
+func (g *Group) Delete(key string) *Group {
+	g.g.Ops = append(g.g.Ops, &storev1.Op{Op: &storev1.Op_Delete{Delete: &storev1.Delete{Key: key}}})
+	return g
+}
+
+// Add changes the counter at key by delta if the result stays in [min, max].
+func (g *Group) Add(key string, delta, min, max int64) *Group {
+	g.g.Ops = append(g.g.Ops, &storev1.Op{Op: &storev1.Op_Add{Add: &storev1.Add{Key: key, Delta: delta, Min: min, Max: max}}})
+	return g
+}
+
+// PutObject writes obj at its key, on condition that the key still has
+// obj's version (0: that it does not exist yet).
+func PutObject[T Object](g *Group, k Kind[T], obj T) *Group {
+	key, err := k.Key(obj)
+	if err == nil {
+		var value []byte
+		if value, err = Encode(obj); err == nil {
+			return g.Require(key, obj.GetMetadata().GetVersion()).Put(key, value)
+		}
+	}
+	g.t.fail(err)
+	return g
+}
+
+// DeleteObject deletes obj, on condition that its key still has obj's
+// version.
+func DeleteObject[T Object](g *Group, k Kind[T], obj T) *Group {
+	key, err := k.Key(obj)
+	if err != nil {
+		g.t.fail(err)
+		return g
+	}
+	return g.Require(key, obj.GetMetadata().GetVersion()).Delete(key)
+}
+
+func (t *Txn) fail(err error) {
+	if t.err == nil {
+		t.err = err
+	}
+}
+
+// Commit sends the transaction. An error means the request itself failed
+// (invalid, refused, or its outcome unknown after the retries); conflicts
+// are in the Outcome, never retried here.
+func (t *Txn) Commit(ctx context.Context) (*Outcome, error) {
+	if t.err != nil {
+		return nil, t.err
+	}
+	if len(t.groups) == 0 {
+		return nil, errors.New("commit: transaction has no groups")
+	}
+	resp, err := t.s.Commit(ctx, &storev1.CommitRequest{Groups: t.groups, Atomic: t.atomic})
+	if err != nil {
+		return nil, err
+	}
+	if len(resp.GetGroups()) != len(t.groups) {
+		return nil, fmt.Errorf("commit: %d results for %d groups", len(resp.GetGroups()), len(t.groups))
+	}
+	out := &Outcome{Duplicate: resp.GetDuplicate(), Groups: make([]GroupOutcome, len(t.groups))}
+	for i, g := range resp.GetGroups() {
+		out.Groups[i] = GroupOutcome{Committed: g.GetCommitted(), Revision: g.GetRevision(), Shard: g.GetShard()}
+		if f := g.GetFailure(); f != nil {
+			out.Groups[i].Conflict = &Conflict{Group: i, Reason: f.GetReason(), Key: f.GetKey(), CurrentVersion: f.GetCurrentVersion(), Message: f.GetMessage()}
+		}
+	}
+	return out, nil
+}
+
+// Outcome is what a committed Txn got: a result per group.
+type Outcome struct {
+	Groups []GroupOutcome
+	// Duplicate: the store remembered this outcome from an earlier attempt
+	// of the same request rather than applying it now.
+	Duplicate bool
+}
+
+// GroupOutcome is the result of one group.
+type GroupOutcome struct {
+	Committed bool
+	// Revision is the shard revision the group committed at.
+	Revision uint64
+	Shard    uint32
+	// Conflict says why the group did not commit.
+	Conflict *Conflict
+}
+
+// Committed reports whether every group committed.
+func (o *Outcome) Committed() bool { return o.Err() == nil }
+
+// Err returns nil when every group committed, else a *ConflictError
+// naming the failed groups.
+func (o *Outcome) Err() error {
+	var cs []*Conflict
+	for _, g := range o.Groups {
+		if g.Conflict != nil {
+			cs = append(cs, g.Conflict)
+		}
+	}
+	if len(cs) == 0 {
+		return nil
+	}
+	return &ConflictError{Conflicts: cs}
+}
+
+// Conflict is why one group failed: the offending key and its current
+// version.
+type Conflict struct {
+	Group          int
+	Reason         storev1.FailureReason
+	Key            string
+	CurrentVersion uint64
+	Message        string
+}
+
+func (c *Conflict) String() string {
+	return fmt.Sprintf("group %d: %s on %q (now at version %d): %s", c.Group, c.Reason, c.Key, c.CurrentVersion, c.Message)
+}
+
+// ConflictError is the error form of failed groups.
+type ConflictError struct{ Conflicts []*Conflict }
+
+func (e *ConflictError) Error() string {
+	parts := make([]string, len(e.Conflicts))
+	for i, c := range e.Conflicts {
+		parts[i] = c.String()
+	}
+	return "conflict: " + strings.Join(parts, "; ")
+}
