@@ -48,8 +48,9 @@ func List[T Object](ctx context.Context, s Store, k Kind[T], within string) ([]T
 }
 
 // Create stores a new object, failing with a *ConflictError if its key
-// exists. It fills in metadata.uid and metadata.created when empty and
-// returns the stored object with its version; obj itself is not changed.
+// exists and a *ValidationError if it breaks a rule. It fills in defaults,
+// metadata.uid and metadata.created, and returns the stored object with
+// its version; obj itself is not changed.
 func Create[T Object](ctx context.Context, s Store, k Kind[T], obj T) (T, error) {
 	obj = proto.Clone(obj).(T)
 	m := obj.GetMetadata()
@@ -78,8 +79,14 @@ func Update[T Object](ctx context.Context, s Store, k Kind[T], obj T) (T, error)
 	return write(ctx, s, k, proto.Clone(obj).(T), "update")
 }
 
+// write defaults and validates obj (a copy the caller does not hold) and
+// stores it over its version.
 func write[T Object](ctx context.Context, s Store, k Kind[T], obj T, op string) (T, error) {
 	var zero T
+	Default(obj)
+	if err := Validate(k, obj); err != nil {
+		return zero, fmt.Errorf("%s: %w", op, err)
+	}
 	t := NewTxn(s)
 	PutObject(t.Group(), k, obj)
 	out, err := t.Commit(ctx)

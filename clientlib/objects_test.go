@@ -113,7 +113,7 @@ func keyErr[T clientlib.Object](k clientlib.Kind[T], obj T) error {
 func TestCreateGetUpdateDelete(t *testing.T) {
 	ctx := context.Background()
 	s := newMem()
-	m := &troupev1.Machine{Metadata: meta("m1", ""), Spec: &troupev1.MachineSpec{Capacity: &troupev1.Resources{Amounts: map[string]int64{"cpu": 4000}}}}
+	m := &troupev1.Machine{Metadata: meta("m1", ""), Spec: &troupev1.MachineSpec{Capacity: &troupev1.Resources{Amounts: map[string]int64{"cpu": 4000, "memory": 1 << 30}}}}
 	created, err := clientlib.Create(ctx, s, clientlib.Machines, m)
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +138,7 @@ func TestCreateGetUpdateDelete(t *testing.T) {
 		t.Fatalf("update: %v %v", updated, err)
 	}
 	// An update from a stale read conflicts and names the current version.
-	created.Spec.Taints = []*troupev1.Taint{{Key: "x"}}
+	created.Spec.Taints = []*troupev1.Taint{{Key: "x", Effect: troupev1.TaintEffect_TAINT_EFFECT_NO_SCHEDULE}}
 	if _, err := clientlib.Update(ctx, s, clientlib.Machines, created); !errors.As(err, &ce) || ce.Conflicts[0].CurrentVersion != updated.GetMetadata().GetVersion() {
 		t.Fatalf("stale update: %v, want a conflict at version %d", err, updated.GetMetadata().GetVersion())
 	}

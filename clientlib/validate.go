@@ -1,0 +1,304 @@
+package clientlib
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
+)
+
+// FieldError is one broken rule: which field, which rule, and why.
+type FieldError struct {
+	Field   string // path in the object, such as "spec.template.requests[cpu]"
+	Rule    string // short rule name, such as "non-negative"
+	Message string
+}
+
+func (e FieldError) String() string { return fmt.Sprintf("%s: %s (%s)", e.Field, e.Message, e.Rule) }
+
+// ValidationError lists every broken rule of one object.
+type ValidationError struct {
+	Kind, Object string
+	Errors       []FieldError
+}
+
+func (e *ValidationError) Error() string {
+	parts := make([]string, len(e.Errors))
+	for i, fe := range e.Errors {
+		parts[i] = fe.String()
+	}
+	return fmt.Sprintf("invalid %s %q: %s", e.Kind, e.Object, strings.Join(parts, "; "))
+}
+
+// ErrInvalid matches every *ValidationError with errors.Is.
+var ErrInvalid = errors.New("invalid object")
+
+// Is makes errors.Is(err, ErrInvalid) true.
+func (e *ValidationError) Is(target error) bool { return target == ErrInvalid }
+
+// checker collects field errors.
+type checker struct{ errs []FieldError }
+
+func (c *checker) add(field, rule, format string, args ...any) {
+	c.errs = append(c.errs, FieldError{Field: field, Rule: rule, Message: fmt.Sprintf(format, args...)})
+}
+
+func (c *checker) check(ok bool, field, rule, format string, args ...any) {
+	if !ok {
+		c.add(field, rule, format, args...)
+	}
+}
+
+var (
+	dnsLabel     = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	dnsSubdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+	labelName    = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`)
+)
+
+// name checks an object name: a DNS subdomain of at most 253 characters.
+func (c *checker) name(field, s string) {
+	switch {
+	case s == "":
+		c.add(field, "required", "must not be empty")
+	case len(s) > 253 || !dnsSubdomain.MatchString(s):
+		c.add(field, "dns-subdomain", "%q must be lowercase letters, digits, '-' and '.', starting and ending alphanumeric, at most 253 characters", s)
+	}
+}
+
+// label checks a label key ("[prefix/]name") and value.
+func (c *checker) label(field, key, value string, checkValue bool) {
+	name := key
+	if prefix, rest, ok := strings.Cut(key, "/"); ok {
+		name = rest
+		if len(prefix) > 253 || !dnsSubdomain.MatchString(prefix) {
+			c.add(field+"["+key+"]", "label-key", "prefix %q must be a DNS subdomain", prefix)
+		}
+	}
+	if len(name) > 63 || !labelName.MatchString(name) {
+		c.add(field+"["+key+"]", "label-key", "name %q must be 1-63 letters, digits, '-', '_' or '.', starting and ending alphanumeric", name)
+	}
+	if checkValue && value != "" && (len(value) > 63 || !labelName.MatchString(value)) {
+		c.add(field+"["+key+"]", "label-value", "value %q must be at most 63 letters, digits, '-', '_' or '.', starting and ending alphanumeric", value)
+	}
+}
+
+func (c *checker) meta(m *troupev1.ObjectMeta, namespaced bool, nameRule func(field, s string)) {
+	if m == nil {
+		c.add("metadata", "required", "must be set")
+		return
+	}
+	nameRule("metadata.name", m.GetName())
+	switch {
+	case namespaced && m.GetNamespace() == "":
+		c.add("metadata.namespace", "required", "must not be empty")
+	case namespaced && (len(m.GetNamespace()) > 63 || !dnsLabel.MatchString(m.GetNamespace())):
+		c.add("metadata.namespace", "dns-label", "%q must be lowercase letters, digits and '-', at most 63 characters", m.GetNamespace())
+	case !namespaced && m.GetNamespace() != "":
+		c.add("metadata.namespace", "not-namespaced", "must be empty: the kind is not namespaced")
+	}
+	for k, v := range m.GetLabels() {
+		c.label("metadata.labels", k, v, true)
+	}
+	for k := range m.GetAnnotations() {
+		c.label("metadata.annotations", k, "", false)
+	}
+}
+
+// Resource names: the built-in ones, or "<domain>/<name>" for extended
+// resources.
+var builtinResources = map[string]bool{"cpu": true, "memory": true, "gpu": true, "ephemeral-storage": true}
+
+func (c *checker) resources(field string, r *troupev1.Resources) {
+	for name, v := range r.GetAmounts() {
+		f := field + "[" + name + "]"
+		if !builtinResources[name] {
+			domain, rest, ok := strings.Cut(name, "/")
+			if !ok || !dnsSubdomain.MatchString(domain) || !labelName.MatchString(rest) {
+				c.add(f, "resource-name", "unknown resource %q: use cpu, memory, gpu, ephemeral-storage or <domain>/<name>", name)
+			}
+		}
+		c.check(v >= 0, f, "non-negative", "must not be negative, got %d", v)
+	}
+}
+
+func (c *checker) template(field string, t *troupev1.TaskTemplate) {
+	if t == nil {
+		c.add(field, "required", "must be set")
+		return
+	}
+	c.check(t.GetCommand() != "", field+".command", "required", "must not be empty")
+	c.resources(field+".requests", t.GetRequests())
+	c.resources(field+".limits", t.GetLimits())
+	for name, limit := range t.GetLimits().GetAmounts() {
+		if req, ok := t.GetRequests().GetAmounts()[name]; ok && req > limit {
+			c.add(field+".requests["+name+"]", "requests-within-limits", "request %d exceeds limit %d", req, limit)
+		}
+	}
+	for k := range t.GetEnv() {
+		c.check(k != "" && !strings.ContainsAny(k, "=\x00"), field+".env["+k+"]", "env-name", "environment variable names must be non-empty, without '=' or NUL")
+	}
+	c.check(t.GetSimDuration().AsDuration() >= 0, field+".sim_duration", "non-negative", "must not be negative")
+}
+
+func (c *checker) scheduling(field string, cons *troupev1.Constraints, tols []*troupev1.Toleration) {
+	for k, v := range cons.GetMatchLabels() {
+		c.label(field+".constraints.match_labels", k, v, true)
+	}
+	for i, r := range cons.GetMatchExpressions() {
+		f := fmt.Sprintf("%s.constraints.match_expressions[%d]", field, i)
+		c.label(f+".key", r.GetKey(), "", false)
+		switch r.GetOperator() {
+		case troupev1.LabelOperator_LABEL_OPERATOR_IN, troupev1.LabelOperator_LABEL_OPERATOR_NOT_IN:
+			c.check(len(r.GetValues()) > 0, f+".values", "required", "In and NotIn need values")
+		case troupev1.LabelOperator_LABEL_OPERATOR_EXISTS, troupev1.LabelOperator_LABEL_OPERATOR_DOES_NOT_EXIST:
+			c.check(len(r.GetValues()) == 0, f+".values", "forbidden", "Exists and DoesNotExist take no values")
+		default:
+			c.add(f+".operator", "required", "must be In, NotIn, Exists or DoesNotExist")
+		}
+	}
+	if l := cons.GetSpreadLabel(); l != "" {
+		c.label(field+".constraints.spread_label", l, "", false)
+	}
+	for i, t := range tols {
+		f := fmt.Sprintf("%s.tolerations[%d]", field, i)
+		if t.GetOperator() == troupev1.TolerationOperator_TOLERATION_OPERATOR_EXISTS {
+			c.check(t.GetValue() == "", f+".value", "forbidden", "Exists takes no value")
+		} else {
+			c.check(t.GetKey() != "", f+".key", "required", "must not be empty unless the operator is Exists")
+		}
+	}
+}
+
+func (c *checker) machineName(field, s string) {
+	c.check(s != "" && len(s) <= 253 && dnsSubdomain.MatchString(s), field, "dns-subdomain", "machine %q must be a DNS subdomain", s)
+}
+
+// validateKind runs the built-in structural rules of one kind.
+func validateKind(obj Object) []FieldError {
+	c := &checker{}
+	switch o := obj.(type) {
+	case *troupev1.Machine:
+		c.meta(o.GetMetadata(), false, c.name)
+		caps := o.GetSpec().GetCapacity()
+		c.resources("spec.capacity", caps)
+		for _, r := range []string{"cpu", "memory"} {
+			c.check(caps.GetAmounts()[r] > 0, "spec.capacity["+r+"]", "required", "must be positive")
+		}
+		for i, t := range o.GetSpec().GetTaints() {
+			f := fmt.Sprintf("spec.taints[%d]", i)
+			c.label(f+".key", t.GetKey(), t.GetValue(), true)
+			c.check(t.GetEffect() != troupev1.TaintEffect_TAINT_EFFECT_UNSPECIFIED, f+".effect", "required", "must be set")
+		}
+	case *troupev1.Lease:
+		c.meta(o.GetMetadata(), false, c.name)
+		c.check(o.GetHolder() != "", "holder", "required", "must not be empty")
+		c.check(o.GetDuration().AsDuration() > 0, "duration", "positive", "must be positive")
+	case *troupev1.Job:
+		c.meta(o.GetMetadata(), true, c.name)
+		s := o.GetSpec()
+		c.check(s.GetCount() >= 1 && s.GetCount() <= 1_000_000, "spec.count", "range", "must be in [1, 1000000], got %d", s.GetCount())
+		c.check(s.GetPriority() >= 0 && s.GetPriority() <= 1000, "spec.priority", "range", "must be in [0, 1000], got %d", s.GetPriority())
+		c.check(s.GetGangMin() >= 0 && s.GetGangMin() <= s.GetCount(), "spec.gang_min", "range", "must be in [0, count], got %d", s.GetGangMin())
+		c.check(s.GetMaxRetries() >= 0, "spec.max_retries", "non-negative", "must not be negative")
+		c.check(s.GetRetryBackoff().AsDuration() >= 0, "spec.retry_backoff", "non-negative", "must not be negative")
+		c.template("spec.template", s.GetTemplate())
+		c.scheduling("spec", s.GetConstraints(), s.GetTolerations())
+	case *troupev1.Task:
+		c.meta(o.GetMetadata(), true, c.name)
+		s := o.GetSpec()
+		c.name("spec.job", s.GetJob())
+		c.check(s.GetIndex() >= 0, "spec.index", "non-negative", "must not be negative")
+		c.template("spec.template", s.GetTemplate())
+		c.scheduling("spec", s.GetConstraints(), s.GetTolerations())
+		if b := o.GetBinding(); b != nil {
+			c.machineName("binding.machine", b.GetMachine())
+		}
+	case *troupev1.Binding:
+		c.meta(o.GetMetadata(), false, func(field, s string) {
+			_, err := taskRef(s)
+			c.check(err == nil, field, "task-ref", "must be <namespace>/<job>/<index>")
+		})
+		c.machineName("machine", o.GetMachine())
+		c.template("task.template", o.GetTask().GetTemplate())
+	case *troupev1.Run:
+		c.meta(o.GetMetadata(), false, func(field, s string) {
+			_, err := taskRef(s)
+			c.check(err == nil, field, "task-ref", "must be <namespace>/<job>/<index>")
+		})
+		c.machineName("machine", o.GetMachine())
+		c.check(o.GetPhase() != troupev1.RunPhase_RUN_PHASE_UNSPECIFIED, "phase", "required", "must be set")
+		c.check(o.GetRestarts() >= 0, "restarts", "non-negative", "must not be negative")
+	case *troupev1.SchedulerInfo:
+		c.meta(o.GetMetadata(), false, c.name)
+		c.check(o.GetKind() != "", "kind", "required", "must not be empty")
+	case *troupev1.ValidationPolicy:
+		c.meta(o.GetMetadata(), false, c.name)
+		c.check(len(o.GetSpec().GetKinds()) > 0, "spec.kinds", "required", "must name at least one kind")
+		for i, k := range o.GetSpec().GetKinds() {
+			c.check(kindNames[k], fmt.Sprintf("spec.kinds[%d]", i), "known-kind", "unknown kind %q", k)
+		}
+		c.check(len(o.GetSpec().GetRules()) > 0, "spec.rules", "required", "must have at least one rule")
+		for i, r := range o.GetSpec().GetRules() {
+			c.check(r.GetExpression() != "", fmt.Sprintf("spec.rules[%d].expression", i), "required", "must not be empty")
+		}
+	default:
+		c.add("", "known-kind", "unknown kind %T", obj)
+	}
+	return c.errs
+}
+
+var kindNames = map[string]bool{
+	Machines.Name: true, Leases.Name: true, Jobs.Name: true, Tasks.Name: true, Bindings.Name: true,
+	Runs.Name: true, Schedulers.Name: true, ValidationPolicies.Name: true,
+}
+
+// Default fills in the defaults of obj, in place.
+func Default(obj Object) {
+	switch o := obj.(type) {
+	case *troupev1.Job:
+		if o.Spec == nil {
+			o.Spec = &troupev1.JobSpec{}
+		}
+		s := o.Spec
+		if s.Type == troupev1.JobType_JOB_TYPE_UNSPECIFIED {
+			s.Type = troupev1.JobType_JOB_TYPE_BATCH
+		}
+		if s.Count == 0 {
+			s.Count = 1
+		}
+		if s.Scheduler == "" {
+			s.Scheduler = map[troupev1.JobType]string{troupev1.JobType_JOB_TYPE_BATCH: "batch", troupev1.JobType_JOB_TYPE_SERVICE: "service"}[s.Type]
+			if s.GangMin > 0 {
+				s.Scheduler = "gang"
+			}
+		}
+		if s.RestartPolicy == troupev1.RestartPolicy_RESTART_POLICY_UNSPECIFIED {
+			s.RestartPolicy = troupev1.RestartPolicy_RESTART_POLICY_ON_FAILURE
+			if s.Type == troupev1.JobType_JOB_TYPE_SERVICE {
+				s.RestartPolicy = troupev1.RestartPolicy_RESTART_POLICY_ALWAYS
+			}
+		}
+	case *troupev1.Machine:
+		if o.Status == nil {
+			o.Status = &troupev1.MachineStatus{Phase: troupev1.MachinePhase_MACHINE_PHASE_READY}
+		}
+	}
+}
+
+// Validate checks obj against the built-in rules of its kind.
+func Validate[T Object](k Kind[T], obj T) error {
+	if errs := validateKind(obj); len(errs) > 0 {
+		return &ValidationError{Kind: k.Name, Object: objectName(obj), Errors: errs}
+	}
+	return nil
+}
+
+func objectName(obj Object) string {
+	m := obj.GetMetadata()
+	if m.GetNamespace() != "" {
+		return m.GetNamespace() + "/" + m.GetName()
+	}
+	return m.GetName()
+}

@@ -1,0 +1,123 @@
+package clientlib_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/troupe-cluster/troupe/clientlib"
+	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
+)
+
+func validJob() *troupev1.Job {
+	return &troupev1.Job{Metadata: &troupev1.ObjectMeta{Name: "web", Namespace: "prod"}, Spec: &troupev1.JobSpec{
+		Count: 3, Priority: 100,
+		Template: &troupev1.TaskTemplate{Command: "/bin/web",
+			Requests: &troupev1.Resources{Amounts: map[string]int64{"cpu": 500, "memory": 1 << 20}},
+			Limits:   &troupev1.Resources{Amounts: map[string]int64{"cpu": 1000}}},
+	}}
+}
+
+func validMachine() *troupev1.Machine {
+	return &troupev1.Machine{Metadata: &troupev1.ObjectMeta{Name: "m1.rack-a"}, Spec: &troupev1.MachineSpec{
+		Capacity: &troupev1.Resources{Amounts: map[string]int64{"cpu": 4000, "memory": 8 << 30, "example.com/fpga": 1}}}}
+}
+
+// wantInvalid asserts that err is a *ValidationError with a field error on
+// field for rule.
+func wantInvalid(t *testing.T, what string, err error, field, rule string) {
+	t.Helper()
+	var ve *clientlib.ValidationError
+	if !errors.As(err, &ve) || !errors.Is(err, clientlib.ErrInvalid) {
+		t.Fatalf("%s: %v, want a validation error", what, err)
+	}
+	for _, fe := range ve.Errors {
+		if fe.Field == field && fe.Rule == rule {
+			if !strings.Contains(err.Error(), field) || !strings.Contains(err.Error(), ve.Object) {
+				t.Fatalf("%s: message %q does not name the object and field", what, err)
+			}
+			return
+		}
+	}
+	t.Fatalf("%s: %v, want %s on %s", what, err, rule, field)
+}
+
+func TestValidationRules(t *testing.T) {
+	if err := clientlib.Validate(clientlib.Jobs, validJob()); err != nil {
+		t.Fatalf("valid job: %v", err)
+	}
+	if err := clientlib.Validate(clientlib.Machines, validMachine()); err != nil {
+		t.Fatalf("valid machine: %v", err)
+	}
+	job := func(edit func(*troupev1.Job)) *troupev1.Job {
+		j := validJob()
+		edit(j)
+		return j
+	}
+	machine := func(edit func(*troupev1.Machine)) *troupev1.Machine {
+		m := validMachine()
+		edit(m)
+		return m
+	}
+	for _, tc := range []struct {
+		name, field, rule string
+		err               error
+	}{
+		{"bad name", "metadata.name", "dns-subdomain", clientlib.Validate(clientlib.Jobs, job(func(j *troupev1.Job) { j.Metadata.Name = "Web_1" }))},
+		{"no namespace", "metadata.namespace", "required", clientlib.Validate(clientlib.Jobs, job(func(j *troupev1.Job) { j.Metadata.Namespace = "" }))},
+		{"namespace on machine", "metadata.namespace", "not-namespaced", clientlib.Validate(clientlib.Machines, machine(func(m *troupev1.Machine) { m.Metadata.Namespace = "x" }))},
+		{"label key", "metadata.labels[-bad]", "label-key", clientlib.Validate(clientlib.Jobs, job(func(j *troupev1.Job) { j.Metadata.Labels = map[string]string{"-bad": "x"} }))},
+		{"label value", "metadata.labels[team]", "label-value", clientlib.Validate(clientlib.Jobs, job(func(j *troupev1.Job) { j.Metadata.Labels = map[string]string{"team": "a b"} }))},
+		{"negative request", "spec.template.requests[cpu]", "non-negative", clientlib.Validate(clientlib.Jobs, job(func(j *troupev1.Job) { j.Spec.Template.Requests.Amounts["cpu"] = -1 }))},
+		{"unknown resource", "spec.template.requests[gpus]", "resource-name", clientlib.Validate(clientlib.Jobs, job(func(j *troupev1.Job) { j.Spec.Template.Requests.Amounts["gpus"] = 1 }))},
+		{"request over limit", "spec.template.requests[cpu]", "requests-within-limits", clientlib.Validate(clientlib.Jobs, job(func(j *troupev1.Job) { j.Spec.Template.Requests.Amounts["cpu"] = 2000 }))},
+		{"no command", "spec.template.command", "required", clientlib.Validate(clientlib.Jobs, job(func(j *troupev1.Job) { j.Spec.Template.Command = "" }))},
+		{"count", "spec.count", "range", clientlib.Validate(clientlib.Jobs, job(func(j *troupev1.Job) { j.Spec.Count = 0 }))},
+		{"priority", "spec.priority", "range", clientlib.Validate(clientlib.Jobs, job(func(j *troupev1.Job) { j.Spec.Priority = 5000 }))},
+		{"gang", "spec.gang_min", "range", clientlib.Validate(clientlib.Jobs, job(func(j *troupev1.Job) { j.Spec.GangMin = 9 }))},
+		{"selector", "spec.constraints.match_expressions[0].values", "required", clientlib.Validate(clientlib.Jobs, job(func(j *troupev1.Job) {
+			j.Spec.Constraints = &troupev1.Constraints{MatchExpressions: []*troupev1.LabelRequirement{{Key: "zone", Operator: troupev1.LabelOperator_LABEL_OPERATOR_IN}}}
+		}))},
+		{"toleration", "spec.tolerations[0].key", "required", clientlib.Validate(clientlib.Jobs, job(func(j *troupev1.Job) { j.Spec.Tolerations = []*troupev1.Toleration{{Value: "x"}} }))},
+		{"capacity", "spec.capacity[memory]", "required", clientlib.Validate(clientlib.Machines, machine(func(m *troupev1.Machine) { delete(m.Spec.Capacity.Amounts, "memory") }))},
+		{"taint effect", "spec.taints[0].effect", "required", clientlib.Validate(clientlib.Machines, machine(func(m *troupev1.Machine) { m.Spec.Taints = []*troupev1.Taint{{Key: "dedicated"}} }))},
+		{"run phase", "phase", "required", clientlib.Validate(clientlib.Runs, &troupev1.Run{Metadata: &troupev1.ObjectMeta{Name: "prod/web/0"}, Machine: "m1"})},
+		{"binding name", "metadata.name", "task-ref", clientlib.Validate(clientlib.Bindings, &troupev1.Binding{Metadata: &troupev1.ObjectMeta{Name: "web"}, Machine: "m1", Task: &troupev1.TaskSpec{Template: &troupev1.TaskTemplate{Command: "x"}}})},
+		{"policy kind", "spec.kinds[0]", "known-kind", clientlib.Validate(clientlib.ValidationPolicies, &troupev1.ValidationPolicy{Metadata: &troupev1.ObjectMeta{Name: "p"},
+			Spec: &troupev1.ValidationPolicySpec{Kinds: []string{"Jobz"}, Rules: []*troupev1.ValidationRule{{Expression: "true"}}}})},
+	} {
+		wantInvalid(t, tc.name, tc.err, tc.field, tc.rule)
+	}
+}
+
+func TestDefaultsAndCreateValidates(t *testing.T) {
+	ctx := context.Background()
+	s := newMem()
+	j := validJob()
+	j.Spec.Count = 0 // defaults to 1
+	created, err := clientlib.Create(ctx, s, clientlib.Jobs, j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := created.GetSpec()
+	if sp.GetCount() != 1 || sp.GetType() != troupev1.JobType_JOB_TYPE_BATCH || sp.GetScheduler() != "batch" ||
+		sp.GetRestartPolicy() != troupev1.RestartPolicy_RESTART_POLICY_ON_FAILURE {
+		t.Fatalf("defaults: %v", sp)
+	}
+	bad := proto.Clone(validJob()).(*troupev1.Job)
+	bad.Metadata.Name = "other"
+	bad.Spec.Template.Command = ""
+	if _, err := clientlib.Create(ctx, s, clientlib.Jobs, bad); !errors.Is(err, clientlib.ErrInvalid) {
+		t.Fatalf("create of an invalid job: %v", err)
+	}
+	if _, err := clientlib.Get(ctx, s, clientlib.Jobs, "/jobs/prod/other"); !errors.Is(err, clientlib.ErrNotFound) {
+		t.Fatalf("invalid job was written: %v", err)
+	}
+	created.Spec.Priority = -1
+	if _, err := clientlib.Update(ctx, s, clientlib.Jobs, created); !errors.Is(err, clientlib.ErrInvalid) {
+		t.Fatalf("update to an invalid job: %v", err)
+	}
+}
