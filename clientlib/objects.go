@@ -84,7 +84,11 @@ func Update[T Object](ctx context.Context, s Store, k Kind[T], obj T) (T, error)
 func write[T Object](ctx context.Context, s Store, k Kind[T], obj T, op string) (T, error) {
 	var zero T
 	Default(obj)
-	if err := Validate(k, obj); err != nil {
+	v, err := validatorOf(s)
+	if err != nil {
+		return zero, err
+	}
+	if err := ValidateWith(v, k, obj); err != nil {
 		return zero, fmt.Errorf("%s: %w", op, err)
 	}
 	t := NewTxn(s)

@@ -287,9 +287,24 @@ func Default(obj Object) {
 	}
 }
 
-// Validate checks obj against the built-in rules of its kind.
+// Validate checks obj against the built-in rules of its kind, structural
+// and CEL.
 func Validate[T Object](k Kind[T], obj T) error {
-	if errs := validateKind(obj); len(errs) > 0 {
+	v, err := defaultValidator()
+	if err != nil {
+		return err
+	}
+	return ValidateWith(v, k, obj)
+}
+
+// ValidateWith checks obj against the structural rules of its kind, then
+// against the CEL rules v enforces (built-in and from policies).
+func ValidateWith[T Object](v *Validator, k Kind[T], obj T) error {
+	errs := validateKind(obj)
+	if len(errs) == 0 {
+		errs = v.check(k.Name, obj)
+	}
+	if len(errs) > 0 {
 		return &ValidationError{Kind: k.Name, Object: objectName(obj), Errors: errs}
 	}
 	return nil
