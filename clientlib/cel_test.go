@@ -18,11 +18,11 @@ func TestBuiltinCELRules(t *testing.T) {
 	svc.Spec.Type, svc.Spec.RestartPolicy = troupev1.JobType_JOB_TYPE_SERVICE, troupev1.RestartPolicy_RESTART_POLICY_NEVER
 	wantInvalid(t, "service never restarted", clientlib.Validate(clientlib.Jobs, svc), "spec.restart_policy", "builtin")
 	cons := validJob()
-	cons.Spec.Constraints = &troupev1.Constraints{Cel: "machine.spec.capacity.amounts['cpu'] >"}
+	cons.Spec.Constraints = &troupev1.Constraints{Cel: "machine.spec.capacity['cpu'] >"}
 	wantInvalid(t, "constraint syntax", clientlib.Validate(clientlib.Jobs, cons), "spec.constraints.cel", "cel-compiles")
 	cons.Spec.Constraints.Cel = "machine.metadata.name"
 	wantInvalid(t, "constraint type", clientlib.Validate(clientlib.Jobs, cons), "spec.constraints.cel", "cel-compiles")
-	cons.Spec.Constraints.Cel = "machine.spec.capacity.amounts['cpu'] >= 4000 && machine.metadata.labels['zone'] == 'a'"
+	cons.Spec.Constraints.Cel = "machine.spec.capacity['cpu'] >= 4000 && machine.metadata.labels['zone'] == 'a'"
 	if err := clientlib.Validate(clientlib.Jobs, cons); err != nil {
 		t.Fatalf("valid constraint: %v", err)
 	}

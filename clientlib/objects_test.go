@@ -31,7 +31,7 @@ func sampleTask() *troupev1.Task {
 	return &troupev1.Task{Metadata: meta("web-3", "prod"), Spec: &troupev1.TaskSpec{
 		Job: "web", Index: 3, Type: troupev1.JobType_JOB_TYPE_SERVICE, Priority: 100, Scheduler: "service",
 		Template: &troupev1.TaskTemplate{Command: "/bin/web", Args: []string{"-p", "80"}, Env: map[string]string{"A": "1"},
-			Requests: &troupev1.Resources{Amounts: map[string]int64{"cpu": 500, "memory": 1 << 30}}},
+			Requests: map[string]int64{"cpu": 500, "memory": 1 << 30}},
 		Submitted: timestamppb.New(epoch),
 	}, Binding: &troupev1.TaskBinding{Machine: "m1", Scheduler: "service-0", BoundAt: timestamppb.New(epoch)}}
 }
@@ -66,7 +66,7 @@ func roundTrip[T clientlib.Object](t *testing.T, k clientlib.Kind[T], obj T, wan
 
 func TestRoundTripEveryKind(t *testing.T) {
 	roundTrip(t, clientlib.Machines, &troupev1.Machine{Metadata: meta("m1", ""), Spec: &troupev1.MachineSpec{
-		Capacity: &troupev1.Resources{Amounts: map[string]int64{"cpu": 8000, "memory": 32 << 30, "gpu": 2}},
+		Capacity: map[string]int64{"cpu": 8000, "memory": 32 << 30, "gpu": 2},
 		Taints:   []*troupev1.Taint{{Key: "dedicated", Value: "ml", Effect: troupev1.TaintEffect_TAINT_EFFECT_NO_SCHEDULE}},
 	}, Status: &troupev1.MachineStatus{Phase: troupev1.MachinePhase_MACHINE_PHASE_READY}}, "/machines/m1")
 	roundTrip(t, clientlib.Leases, &troupev1.Lease{Metadata: meta("m1", ""), Holder: "agent-m1",
@@ -113,7 +113,7 @@ func keyErr[T clientlib.Object](k clientlib.Kind[T], obj T) error {
 func TestCreateGetUpdateDelete(t *testing.T) {
 	ctx := context.Background()
 	s := newMem()
-	m := &troupev1.Machine{Metadata: meta("m1", ""), Spec: &troupev1.MachineSpec{Capacity: &troupev1.Resources{Amounts: map[string]int64{"cpu": 4000, "memory": 1 << 30}}}}
+	m := &troupev1.Machine{Metadata: meta("m1", ""), Spec: &troupev1.MachineSpec{Capacity: map[string]int64{"cpu": 4000, "memory": 1 << 30}}}
 	created, err := clientlib.Create(ctx, s, clientlib.Machines, m)
 	if err != nil {
 		t.Fatal(err)

@@ -110,8 +110,8 @@ func (c *checker) meta(m *troupev1.ObjectMeta, namespaced bool, nameRule func(fi
 // resources.
 var builtinResources = map[string]bool{"cpu": true, "memory": true, "gpu": true, "ephemeral-storage": true}
 
-func (c *checker) resources(field string, r *troupev1.Resources) {
-	for name, v := range r.GetAmounts() {
+func (c *checker) resources(field string, r map[string]int64) {
+	for name, v := range r {
 		f := field + "[" + name + "]"
 		if !builtinResources[name] {
 			domain, rest, ok := strings.Cut(name, "/")
@@ -131,8 +131,8 @@ func (c *checker) template(field string, t *troupev1.TaskTemplate) {
 	c.check(t.GetCommand() != "", field+".command", "required", "must not be empty")
 	c.resources(field+".requests", t.GetRequests())
 	c.resources(field+".limits", t.GetLimits())
-	for name, limit := range t.GetLimits().GetAmounts() {
-		if req, ok := t.GetRequests().GetAmounts()[name]; ok && req > limit {
+	for name, limit := range t.GetLimits() {
+		if req, ok := t.GetRequests()[name]; ok && req > limit {
 			c.add(field+".requests["+name+"]", "requests-within-limits", "request %d exceeds limit %d", req, limit)
 		}
 	}
@@ -184,7 +184,7 @@ func validateKind(obj Object) []FieldError {
 		caps := o.GetSpec().GetCapacity()
 		c.resources("spec.capacity", caps)
 		for _, r := range []string{"cpu", "memory"} {
-			c.check(caps.GetAmounts()[r] > 0, "spec.capacity["+r+"]", "required", "must be positive")
+			c.check(caps[r] > 0, "spec.capacity["+r+"]", "required", "must be positive")
 		}
 		for i, t := range o.GetSpec().GetTaints() {
 			f := fmt.Sprintf("spec.taints[%d]", i)

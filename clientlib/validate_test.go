@@ -16,14 +16,14 @@ func validJob() *troupev1.Job {
 	return &troupev1.Job{Metadata: &troupev1.ObjectMeta{Name: "web", Namespace: "prod"}, Spec: &troupev1.JobSpec{
 		Count: 3, Priority: 100,
 		Template: &troupev1.TaskTemplate{Command: "/bin/web",
-			Requests: &troupev1.Resources{Amounts: map[string]int64{"cpu": 500, "memory": 1 << 20}},
-			Limits:   &troupev1.Resources{Amounts: map[string]int64{"cpu": 1000}}},
+			Requests: map[string]int64{"cpu": 500, "memory": 1 << 20},
+			Limits:   map[string]int64{"cpu": 1000}},
 	}}
 }
 
 func validMachine() *troupev1.Machine {
 	return &troupev1.Machine{Metadata: &troupev1.ObjectMeta{Name: "m1.rack-a"}, Spec: &troupev1.MachineSpec{
-		Capacity: &troupev1.Resources{Amounts: map[string]int64{"cpu": 4000, "memory": 8 << 30, "example.com/fpga": 1}}}}
+		Capacity: map[string]int64{"cpu": 4000, "memory": 8 << 30, "example.com/fpga": 1}}}
 }
 
 // wantInvalid asserts that err is a *ValidationError with a field error on
@@ -71,9 +71,9 @@ func TestValidationRules(t *testing.T) {
 		{"namespace on machine", "metadata.namespace", "not-namespaced", clientlib.Validate(clientlib.Machines, machine(func(m *troupev1.Machine) { m.Metadata.Namespace = "x" }))},
 		{"label key", "metadata.labels[-bad]", "label-key", clientlib.Validate(clientlib.Jobs, job(func(j *troupev1.Job) { j.Metadata.Labels = map[string]string{"-bad": "x"} }))},
 		{"label value", "metadata.labels[team]", "label-value", clientlib.Validate(clientlib.Jobs, job(func(j *troupev1.Job) { j.Metadata.Labels = map[string]string{"team": "a b"} }))},
-		{"negative request", "spec.template.requests[cpu]", "non-negative", clientlib.Validate(clientlib.Jobs, job(func(j *troupev1.Job) { j.Spec.Template.Requests.Amounts["cpu"] = -1 }))},
-		{"unknown resource", "spec.template.requests[gpus]", "resource-name", clientlib.Validate(clientlib.Jobs, job(func(j *troupev1.Job) { j.Spec.Template.Requests.Amounts["gpus"] = 1 }))},
-		{"request over limit", "spec.template.requests[cpu]", "requests-within-limits", clientlib.Validate(clientlib.Jobs, job(func(j *troupev1.Job) { j.Spec.Template.Requests.Amounts["cpu"] = 2000 }))},
+		{"negative request", "spec.template.requests[cpu]", "non-negative", clientlib.Validate(clientlib.Jobs, job(func(j *troupev1.Job) { j.Spec.Template.Requests["cpu"] = -1 }))},
+		{"unknown resource", "spec.template.requests[gpus]", "resource-name", clientlib.Validate(clientlib.Jobs, job(func(j *troupev1.Job) { j.Spec.Template.Requests["gpus"] = 1 }))},
+		{"request over limit", "spec.template.requests[cpu]", "requests-within-limits", clientlib.Validate(clientlib.Jobs, job(func(j *troupev1.Job) { j.Spec.Template.Requests["cpu"] = 2000 }))},
 		{"no command", "spec.template.command", "required", clientlib.Validate(clientlib.Jobs, job(func(j *troupev1.Job) { j.Spec.Template.Command = "" }))},
 		{"count", "spec.count", "range", clientlib.Validate(clientlib.Jobs, job(func(j *troupev1.Job) { j.Spec.Count = 0 }))},
 		{"priority", "spec.priority", "range", clientlib.Validate(clientlib.Jobs, job(func(j *troupev1.Job) { j.Spec.Priority = 5000 }))},
@@ -82,7 +82,7 @@ func TestValidationRules(t *testing.T) {
 			j.Spec.Constraints = &troupev1.Constraints{MatchExpressions: []*troupev1.LabelRequirement{{Key: "zone", Operator: troupev1.LabelOperator_LABEL_OPERATOR_IN}}}
 		}))},
 		{"toleration", "spec.tolerations[0].key", "required", clientlib.Validate(clientlib.Jobs, job(func(j *troupev1.Job) { j.Spec.Tolerations = []*troupev1.Toleration{{Value: "x"}} }))},
-		{"capacity", "spec.capacity[memory]", "required", clientlib.Validate(clientlib.Machines, machine(func(m *troupev1.Machine) { delete(m.Spec.Capacity.Amounts, "memory") }))},
+		{"capacity", "spec.capacity[memory]", "required", clientlib.Validate(clientlib.Machines, machine(func(m *troupev1.Machine) { delete(m.Spec.Capacity, "memory") }))},
 		{"taint effect", "spec.taints[0].effect", "required", clientlib.Validate(clientlib.Machines, machine(func(m *troupev1.Machine) { m.Spec.Taints = []*troupev1.Taint{{Key: "dedicated"}} }))},
 		{"run phase", "phase", "required", clientlib.Validate(clientlib.Runs, &troupev1.Run{Metadata: &troupev1.ObjectMeta{Name: "prod/web/0"}, Machine: "m1"})},
 		{"binding name", "metadata.name", "task-ref", clientlib.Validate(clientlib.Bindings, &troupev1.Binding{Metadata: &troupev1.ObjectMeta{Name: "web"}, Machine: "m1", Task: &troupev1.TaskSpec{Template: &troupev1.TaskTemplate{Command: "x"}}})},
