@@ -1,0 +1,187 @@
+package cache
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
+)
+
+// fakeClock fires After channels when Advance passes their deadline.
+type fakeClock struct {
+	mu      sync.Mutex
+	now     time.Time
+	waiters []fakeWaiter
+}
+
+type fakeWaiter struct {
+	at time.Time
+	ch chan time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := make(chan time.Time, 1)
+	c.waiters = append(c.waiters, fakeWaiter{c.now.Add(d), ch})
+	return ch
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	kept := c.waiters[:0]
+	for _, w := range c.waiters {
+		if !w.at.After(c.now) {
+			w.ch <- c.now
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	c.waiters = kept
+}
+
+// get takes a key from q within a deadline.
+func get(t *testing.T, q *WorkQueue) string {
+	t.Helper()
+	ch := make(chan string, 1)
+	go func() {
+		k, _ := q.Get()
+		ch <- k
+	}()
+	select {
+	case k := <-ch:
+		return k
+	case <-time.After(10 * time.Second):
+		t.Fatal("no key within 10s")
+		return ""
+	}
+}
+
+func TestWorkQueueDedupAndProcessing(t *testing.T) {
+	q := NewWorkQueue(DefaultQueueConfig())
+	defer q.ShutDown()
+	q.Add("a")
+	q.Add("b")
+	q.Add("a")
+	if q.Len() != 2 {
+		t.Fatalf("len %d after adding a, b, a", q.Len())
+	}
+	k := get(t, q)
+	if k != "a" {
+		t.Fatalf("first key %q", k)
+	}
+	q.Add("a") // while processing: queued again at Done, not handed out twice
+	if k := get(t, q); k != "b" {
+		t.Fatalf("second key %q, want b (a is being processed)", k)
+	}
+	if q.Len() != 0 {
+		t.Fatal("a was queued while being processed")
+	}
+	q.Done("a")
+	if k := get(t, q); k != "a" {
+		t.Fatalf("after Done: %q, want a again", k)
+	}
+	q.Done("a")
+	q.Done("b")
+	q.ShutDown()
+	if _, shutdown := q.Get(); !shutdown {
+		t.Fatal("Get after shutdown of an empty queue")
+	}
+}
+
+func TestWorkQueueRateLimit(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1000, 0)}
+	q := NewWorkQueue(QueueConfig{BaseDelay: 10 * time.Millisecond, MaxDelay: 40 * time.Millisecond, Clock: clock})
+	defer q.ShutDown()
+	for i, want := range []time.Duration{10, 20, 40, 40} {
+		q.AddRateLimited("k")
+		if q.Failures("k") != i+1 {
+			t.Fatalf("failures %d, want %d", q.Failures("k"), i+1)
+		}
+		waitFor(t, func() bool { clock.mu.Lock(); defer clock.mu.Unlock(); return len(clock.waiters) > 0 })
+		clock.Advance(want*time.Millisecond - time.Millisecond)
+		if q.Len() != 0 {
+			t.Fatalf("attempt %d: queued before its %v backoff", i, want)
+		}
+		clock.Advance(time.Millisecond)
+		waitFor(t, func() bool { return q.Len() == 1 })
+		q.Done(get(t, q))
+	}
+	q.Forget("k")
+	if q.Failures("k") != 0 {
+		t.Fatal("Forget kept the failures")
+	}
+}
+
+// waitFor polls cond until it holds, failing after a deadline.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestIndexer(t *testing.T) {
+	x := NewIndexer(map[string]IndexFunc[*troupev1.Task]{
+		"job":     func(t *troupev1.Task) []string { return []string{t.GetMetadata().GetNamespace() + "/" + t.GetSpec().GetJob()} },
+		"machine": func(t *troupev1.Task) []string { return nonEmpty(t.GetBinding().GetMachine()) },
+	})
+	task := func(job string, i int32, machine string) *troupev1.Task {
+		tk := &troupev1.Task{Metadata: &troupev1.ObjectMeta{Name: fmt.Sprintf("%s-%d", job, i), Namespace: "ns"}, Spec: &troupev1.TaskSpec{Job: job, Index: i}}
+		if machine != "" {
+			tk.Binding = &troupev1.TaskBinding{Machine: machine}
+		}
+		return tk
+	}
+	x.set("/tasks/ns/a/0", task("a", 0, ""))
+	x.set("/tasks/ns/a/1", task("a", 1, "m1"))
+	x.set("/tasks/ns/b/0", task("b", 0, "m1"))
+	if got := x.IndexKeys("job", "ns/a"); fmt.Sprint(got) != "[/tasks/ns/a/0 /tasks/ns/a/1]" {
+		t.Fatalf("tasks of a: %v", got)
+	}
+	if got := x.IndexKeys("machine", "m1"); len(got) != 2 {
+		t.Fatalf("tasks on m1: %v", got)
+	}
+	// Rebinding moves the task between index values.
+	x.set("/tasks/ns/b/0", task("b", 0, "m2"))
+	if got := x.IndexKeys("machine", "m1"); fmt.Sprint(got) != "[/tasks/ns/a/1]" {
+		t.Fatalf("m1 after rebinding: %v", got)
+	}
+	// Copies: changing what Get returned changes nothing in the cache.
+	got, _ := x.Get("/tasks/ns/a/1")
+	got.Binding.Machine = "elsewhere"
+	if again, _ := x.Get("/tasks/ns/a/1"); again.GetBinding().GetMachine() != "m1" {
+		t.Fatal("the cache handed out its own object")
+	}
+	x.delete("/tasks/ns/a/1")
+	if x.Len() != 2 || len(x.IndexKeys("machine", "m1")) != 0 || len(x.ByIndex("job", "ns/a")) != 1 {
+		t.Fatalf("after delete: len %d", x.Len())
+	}
+	x.replace(map[string]*troupev1.Task{"/tasks/ns/c/0": task("c", 0, "m3")})
+	if fmt.Sprint(x.Keys()) != "[/tasks/ns/c/0]" || len(x.IndexKeys("job", "ns/b")) != 0 || x.Bytes() != proto.Size(task("c", 0, "m3")) {
+		t.Fatalf("after replace: %v, %d bytes", x.Keys(), x.Bytes())
+	}
+}
+
+func nonEmpty(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return []string{s}
+}
