@@ -139,7 +139,9 @@ func waitFor(t *testing.T, cond func() bool) {
 
 func TestIndexer(t *testing.T) {
 	x := NewIndexer(map[string]IndexFunc[*troupev1.Task]{
-		"job":     func(t *troupev1.Task) []string { return []string{t.GetMetadata().GetNamespace() + "/" + t.GetSpec().GetJob()} },
+		"job": func(t *troupev1.Task) []string {
+			return []string{t.GetMetadata().GetNamespace() + "/" + t.GetSpec().GetJob()}
+		},
 		"machine": func(t *troupev1.Task) []string { return nonEmpty(t.GetBinding().GetMachine()) },
 	})
 	task := func(job string, i int32, machine string) *troupev1.Task {
