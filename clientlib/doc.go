@@ -1,0 +1,74 @@
+// Package clientlib is what every Troupe client links: schedulers,
+// controllers, agents and the CLI reach the cell store through it.
+//
+// # Connection layer
+//
+// A Client holds one gRPC connection per store endpoint (dialled lazily)
+// and sends each call to its current endpoint; a commit or Get whose keys
+// live on one shard goes first to that shard's leader, learnt from Status
+// in the background (a follower would forward it inside Raft anyway):
+//
+//	            ┌──────────── Client ─────────────┐
+//	Commit ───▶ │ txn_id, route  ─▶ attempt 1 ────┼──▶ shard leader
+//	Get         │   │                              │
+//	List        │   ▼ Unavailable / Deadline /     │
+//	Status      │     ResourceExhausted            │
+//	            │   backoff, next endpoint ─▶ 2..N ┼──▶ current endpoint
+//	Watch ────▶ │ Watcher: stream, reopened from   ┼──▶ current endpoint
+//	            │ the last cursor delivered        │
+//	            └──────────────────────────────────┘
+//
+// Every attempt has its own deadline (Config.AttemptTimeout) under the
+// caller's context; failed attempts are retried by RetryPolicy
+// (exponential backoff with jitter, bounded attempts). Which failures are
+// retried follows from what the store promises (DESIGN.md):
+//
+//   - Unavailable (node down or without a leader) and DeadlineExceeded of
+//     an attempt (outcome unknown) are retried, on the next endpoint;
+//     ResourceExhausted (overload: refused, not applied) is retried after
+//     the backoff on the same one.
+//   - A commit is retried as the same request with the same txn_id: the
+//     store remembers each txn_id's outcome and answers a retry of an
+//     applied request with it (duplicate=true), so a retry never applies
+//     twice. Commit fills in a missing txn_id (NewTxnID) for this.
+//   - A conflict (a group that failed its condition or counter bound) is a
+//     result in the CommitResponse, never an error and never retried here:
+//     the caller re-reads and decides (see Txn). InvalidArgument,
+//     FailedPrecondition, PermissionDenied and the like are answers too.
+//   - When the caller's context ends, the call returns its error wrapped
+//     with what was being done; for a commit that may have been applied
+//     the message says the outcome is unknown, and retrying with the same
+//     txn_id (within the store's dedupe window) tells.
+//
+// Errors name the call, the endpoint and the attempts, and wrap the last
+// gRPC error, so status.Code(err) still gives its code.
+//
+// # Watching
+//
+// List reads a prefix in pages and returns the first page's cursor;
+// Watch follows the prefix from a cursor:
+//
+//	kvs, cursor, err := c.List(ctx, "/bindings/m1/")
+//	w := c.Watch(ctx, "/bindings/m1/", cursor)
+//	defer w.Close()
+//	for {
+//		resp, err := w.Next()
+//		if errors.Is(err, clientlib.ErrCompacted) {
+//			// relist (the changes since cursor are gone)
+//		}
+//		...
+//	}
+//
+// When a stream breaks (its node stopped, or Unavailable), the Watcher
+// reopens it on another endpoint from the last cursor it delivered: cursors
+// are revision vectors, the same on every replica, so nothing is skipped
+// or repeated. A cursor older than the store's change log ends the watch
+// with an error matching ErrCompacted; errors.As gives the
+// *CompactedError with the oldest cursor the store can still serve.
+//
+// # Metrics
+//
+// With Config.Registerer set: troupe_client_requests_total{method,code},
+// troupe_client_retries_total{method}, troupe_client_request_seconds{method}
+// and troupe_client_conflicts_total (failed groups in commit responses).
+package clientlib
