@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"sync"
 
@@ -172,6 +173,14 @@ func (v *Validator) compilePolicy(p *troupev1.ValidationPolicy) (map[string][]ru
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// Loaded returns the policies enforced, by name, with the version
+// compiled.
+func (v *Validator) Loaded() map[string]uint64 {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return maps.Clone(v.loaded)
 }
 
 // Load reads the ValidationPolicy objects stored in s and enforces them.

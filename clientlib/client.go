@@ -133,6 +133,10 @@ type Client struct {
 	leaders    atomic.Pointer[leaderTable]
 	refreshing atomic.Bool
 
+	// validator enforces the cell's ValidationPolicies on typed writes
+	// once StartPolicies has run (nil: built-in rules only).
+	validator atomic.Pointer[Validator]
+
 	mu       sync.Mutex // guards closed and adding to bg
 	closed   bool
 	bg       sync.WaitGroup
