@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"os/signal"
 	"strings"
@@ -12,8 +14,12 @@ import (
 
 // runBench runs the store workloads against Troupe alone: a cell started
 // in this process, or an existing one (-endpoints). `make bench-compare`
-// runs the same workloads against etcd too.
+// runs the same workloads against etcd too. `troupe bench cache` measures
+// the client library's cache instead.
 func runBench(args []string) error {
+	if len(args) > 0 && args[0] == "cache" {
+		return runCacheBench(args[1:])
+	}
 	var o bench.Options
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	if err := o.Register(fs); err != nil {
@@ -55,4 +61,27 @@ func runBench(args []string) error {
 	defer stop()
 	rep := bench.NewReporter(os.Stdout, "troupe", "")
 	return bench.RunSystem(ctx, "troupe", start, o.Dir, workloads, bench.Config{Duration: o.Duration, Log: os.Stderr}, rep)
+}
+
+// runCacheBench measures the memory and event rate of a machine and a
+// task cache, and prints them as one JSON object.
+func runCacheBench(args []string) error {
+	fs := flag.NewFlagSet("bench cache", flag.ContinueOnError)
+	machines := fs.Int("machines", 10000, "machines in the cell")
+	tasks := fs.Int("tasks", 100000, "tasks in the cell")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *machines <= 0 || *tasks <= 0 {
+		return fmt.Errorf("-machines and -tasks must be positive")
+	}
+	res, err := bench.RunCacheBench(context.Background(), *machines, *tasks)
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(os.Stdout).Encode(map[string]any{
+		"bench": "cache", "machines": res.Machines, "tasks": res.Tasks,
+		"heap_mb": float64(res.HeapBytes) / (1 << 20), "bytes_per_object": int(res.BytesPerObject),
+		"sync_seconds": res.SyncSeconds, "events_per_sec": int(res.EventsPerSec),
+	})
 }
