@@ -66,7 +66,9 @@ func RunCacheBench(ctx context.Context, machines, tasks int) (CacheResult, error
 	start := time.Now()
 	mc := cache.NewInformer(cache.InformerConfig[*troupev1.Machine]{
 		Prefix: clientlib.Machines.Prefix, List: store.List, Watch: idleWatch, IsCompacted: clientlib.IsCompacted,
-		Decode: func(v []byte, ver uint64) (*troupev1.Machine, error) { return clientlib.Decode(clientlib.Machines, v, ver) },
+		Decode: func(v []byte, ver uint64) (*troupev1.Machine, error) {
+			return clientlib.Decode(clientlib.Machines, v, ver)
+		},
 	})
 	feed := make(chan *storev1.WatchResponse, 64)
 	tc := cache.NewInformer(cache.InformerConfig[*troupev1.Task]{
