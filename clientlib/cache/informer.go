@@ -58,6 +58,7 @@ type Informer[T Object] struct {
 	syncedCh chan struct{}
 	events   atomic.Uint64 // watch events applied
 	relists  atomic.Uint64
+	lastResp atomic.Int64 // unix nanos of the last watch response
 }
 
 // NewInformer returns an Informer; add handlers, then Run it.
@@ -95,6 +96,17 @@ func (in *Informer[T]) EventsApplied() uint64 { return in.events.Load() }
 
 // Relists counts the lists after the first (compactions, broken watches).
 func (in *Informer[T]) Relists() uint64 { return in.relists.Load() }
+
+// WatchLag is the time since the watch last delivered a response (events
+// or progress, which the store sends every second or so): well above
+// that, the cache is falling behind or cut off.
+func (in *Informer[T]) WatchLag() time.Duration {
+	last := in.lastResp.Load()
+	if last == 0 {
+		return 0
+	}
+	return time.Since(time.Unix(0, last))
+}
 
 // Run follows the prefix until ctx ends, and returns ctx's error.
 func (in *Informer[T]) Run(ctx context.Context) error {
@@ -164,6 +176,7 @@ func (in *Informer[T]) watch(ctx context.Context, cursor []byte) error {
 	defer s.Close()
 	for {
 		resp, err := s.Next()
+		in.lastResp.Store(time.Now().UnixNano())
 		if err != nil {
 			if in.cfg.IsCompacted(err) {
 				return fmt.Errorf("cursor compacted: %w", err)

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/proto"
 
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
@@ -158,6 +161,21 @@ func TestInformerListWatchRelist(t *testing.T) {
 	}
 	if m, _ := in.Indexer().Get("/machines/a"); !m.GetSpec().GetUnschedulable() || m.GetMetadata().GetVersion() != 4 {
 		t.Errorf("machine a: %v", m)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(in.Collector())
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP troupe_cache_objects Objects held by a client cache.
+# TYPE troupe_cache_objects gauge
+troupe_cache_objects{prefix="/machines/"} 3
+# HELP troupe_cache_relists_total Relists of a client cache (compacted cursor, broken watch).
+# TYPE troupe_cache_relists_total counter
+troupe_cache_relists_total{prefix="/machines/"} 1
+# HELP troupe_cache_synced 1 once a client cache has applied its first list.
+# TYPE troupe_cache_synced gauge
+troupe_cache_synced{prefix="/machines/"} 1
+`), "troupe_cache_objects", "troupe_cache_relists_total", "troupe_cache_synced"); err != nil {
+		t.Error(err)
 	}
 }
 
