@@ -79,18 +79,11 @@ func Update[T Object](ctx context.Context, s Store, k Kind[T], obj T) (T, error)
 	return write(ctx, s, k, proto.Clone(obj).(T), "update")
 }
 
-// write defaults and validates obj (a copy the caller does not hold) and
-// stores it over its version.
+// write stores obj (a copy the caller does not hold) over its version;
+// PutObject defaults and validates it.
 func write[T Object](ctx context.Context, s Store, k Kind[T], obj T, op string) (T, error) {
 	var zero T
 	Default(obj)
-	v, err := validatorOf(s)
-	if err != nil {
-		return zero, err
-	}
-	if err := ValidateWith(v, k, obj); err != nil {
-		return zero, fmt.Errorf("%s: %w", op, err)
-	}
 	t := NewTxn(s)
 	PutObject(t.Group(), k, obj)
 	out, err := t.Commit(ctx)

@@ -234,4 +234,12 @@ func TestTxnPlacement(t *testing.T) {
 	if _, err := clientlib.NewTxn(s).Commit(ctx); err == nil {
 		t.Fatal("empty transaction accepted")
 	}
+	// Objects written in a transaction are validated like any other.
+	invalid := sampleTask()
+	invalid.Spec.Template.Command = ""
+	tx = clientlib.NewTxn(s)
+	clientlib.PutObject(tx.Group(), clientlib.Tasks, invalid)
+	if _, err := tx.Commit(ctx); !errors.Is(err, clientlib.ErrInvalid) {
+		t.Fatalf("transaction with an invalid task: %v", err)
+	}
 }

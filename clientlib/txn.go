@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 
+	"google.golang.org/protobuf/proto"
+
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -103,9 +105,20 @@ func (g *Group) Add(key string, delta, min, max int64) *Group {
 }
 
 // PutObject writes obj at its key, on condition that the key still has
-// obj's version (0: that it does not exist yet).
+// obj's version (0: that it does not exist yet). Like every typed write it
+// applies defaults (to a copy) and validation; a broken rule fails the
+// transaction's Commit with a *ValidationError.
 func PutObject[T Object](g *Group, k Kind[T], obj T) *Group {
-	key, err := k.Key(obj)
+	obj = proto.Clone(obj).(T)
+	Default(obj)
+	v, err := validatorOf(g.t.s)
+	if err == nil {
+		err = ValidateWith(v, k, obj)
+	}
+	var key string
+	if err == nil {
+		key, err = k.Key(obj)
+	}
 	if err == nil {
 		var value []byte
 		if value, err = Encode(obj); err == nil {
