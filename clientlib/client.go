@@ -502,7 +502,7 @@ func (c *Client) commitLeader(req *storev1.CommitRequest) (int, bool) {
 	}
 	shard := -1
 	for _, g := range req.GetGroups() {
-		k := groupFirstKey(g)
+		k := g.FirstKey()
 		if k == "" {
 			return 0, false
 		}
@@ -516,24 +516,6 @@ func (c *Client) commitLeader(req *storev1.CommitRequest) (int, bool) {
 		return 0, false
 	}
 	return c.routable(t.endpoint[shard])
-}
-
-// groupFirstKey is the key of a group's first condition or operation.
-func groupFirstKey(g *storev1.Group) string {
-	if cs := g.GetConditions(); len(cs) > 0 {
-		return cs[0].GetKey()
-	}
-	if ops := g.GetOps(); len(ops) > 0 {
-		switch o := ops[0].GetOp().(type) {
-		case *storev1.Op_Put:
-			return o.Put.GetKey()
-		case *storev1.Op_Delete:
-			return o.Delete.GetKey()
-		case *storev1.Op_Add:
-			return o.Add.GetKey()
-		}
-	}
-	return ""
 }
 
 // clientMetrics are the client's Prometheus metrics.

@@ -108,21 +108,18 @@ func (l Limits) ValidateCommit(req *storev1.CommitRequest) ([]*storev1.Failure, 
 	return failures, nil
 }
 
-// opKeyValue returns an operation's key and the value it writes.
+// opKeyValue returns an operation's key and the value it writes, and
+// refuses malformed operations.
 func opKeyValue(op *storev1.Op) (string, []byte, error) {
 	switch o := op.GetOp().(type) {
-	case *storev1.Op_Put:
-		return o.Put.GetKey(), o.Put.GetValue(), nil
-	case *storev1.Op_Delete:
-		return o.Delete.GetKey(), nil, nil
+	case nil:
+		return "", nil, fmt.Errorf("operation has no type")
 	case *storev1.Op_Add:
 		if o.Add.GetMin() > o.Add.GetMax() {
 			return "", nil, fmt.Errorf("add on %q: min %d > max %d", o.Add.GetKey(), o.Add.GetMin(), o.Add.GetMax())
 		}
-		return o.Add.GetKey(), nil, nil
-	default:
-		return "", nil, fmt.Errorf("operation has no type")
 	}
+	return op.Key(), op.GetPut().GetValue(), nil
 }
 
 func (l Limits) tooLarge(k string, v []byte) *storev1.Failure {

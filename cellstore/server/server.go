@@ -186,8 +186,7 @@ func groupKeys(g *storev1.Group) []string {
 		keys = append(keys, c.GetKey())
 	}
 	for _, op := range g.GetOps() {
-		k, _, _ := opKeyValue(op)
-		keys = append(keys, k)
+		keys = append(keys, op.Key())
 	}
 	return keys
 }

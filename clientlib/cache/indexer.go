@@ -1,7 +1,8 @@
 package cache
 
 import (
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 
 	"google.golang.org/protobuf/proto"
@@ -114,24 +115,14 @@ func (x *Indexer[T]) Get(key string) (T, bool) {
 func (x *Indexer[T]) Keys() []string {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	keys := make([]string, 0, len(x.objects))
-	for k := range x.objects {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
+	return slices.Sorted(maps.Keys(x.objects))
 }
 
 // List returns copies of every object, in key order.
 func (x *Indexer[T]) List() []T {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	keys := make([]string, 0, len(x.objects))
-	for k := range x.objects {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return x.copies(keys)
+	return x.copies(slices.Sorted(maps.Keys(x.objects)))
 }
 
 // ByIndex returns copies of the objects whose index has value, in key
@@ -139,26 +130,14 @@ func (x *Indexer[T]) List() []T {
 func (x *Indexer[T]) ByIndex(index, value string) []T {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	set := x.indexes[index][value]
-	keys := make([]string, 0, len(set))
-	for k := range set {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return x.copies(keys)
+	return x.copies(slices.Sorted(maps.Keys(x.indexes[index][value])))
 }
 
 // IndexKeys returns the keys of the objects whose index has value, sorted.
 func (x *Indexer[T]) IndexKeys(index, value string) []string {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	set := x.indexes[index][value]
-	keys := make([]string, 0, len(set))
-	for k := range set {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
+	return slices.Sorted(maps.Keys(x.indexes[index][value]))
 }
 
 func (x *Indexer[T]) copies(keys []string) []T {

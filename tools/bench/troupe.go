@@ -232,25 +232,7 @@ func (s *troupeSession) clientFor(g *storev1.Group, attempt int) storev1.StoreCl
 	if len(s.leaders) == 0 || attempt > 1 {
 		return s.client
 	}
-	key := ""
-	if len(g.GetConditions()) > 0 {
-		key = g.GetConditions()[0].GetKey()
-	} else if len(g.GetOps()) > 0 {
-		key = opKey(g.GetOps()[0])
-	}
-	return s.leaders[s.router.Shard(key)]
-}
-
-func opKey(op *storev1.Op) string {
-	switch o := op.GetOp().(type) {
-	case *storev1.Op_Put:
-		return o.Put.GetKey()
-	case *storev1.Op_Delete:
-		return o.Delete.GetKey()
-	case *storev1.Op_Add:
-		return o.Add.GetKey()
-	}
-	return ""
+	return s.leaders[s.router.Shard(g.FirstKey())]
 }
 
 func put(key string, value []byte) *storev1.Op {
