@@ -1,0 +1,229 @@
+package framework
+
+import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+
+	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
+)
+
+// Profile is how a scheduler decides: its plugins and how far it looks.
+type Profile struct {
+	Filters []FilterPlugin
+	Scores  []WeightedScore
+	// SampleFeasible stops the search for a task once this many feasible
+	// machines are found (0: examine every machine); the best scoring of
+	// them wins. Relaxed randomization, as in Borg and kube-scheduler.
+	SampleFeasible int
+	// Rand orders the machines examined; a decision is a function of the
+	// snapshot, the tasks and Rand's state.
+	Rand *rand.Rand
+}
+
+// Placement is one task put on one machine.
+type Placement struct {
+	Task    *Task
+	Machine *Machine // as in the snapshot (before this plan)
+	Score   int64
+}
+
+// Failure is a task the plan could not place, and why.
+type Failure struct {
+	Task   *Task
+	Status *Status
+}
+
+// Plan is what Schedule decided.
+type Plan struct {
+	Placements []Placement
+	Failures   []Failure
+	// Examined counts the (task, machine) pairs filtered, and StaticHits
+	// those answered from the equivalence-class cache.
+	Examined, StaticHits int
+}
+
+// Schedule places tasks, in order, on the snapshot's machines. Each
+// placement is assumed before the next task is decided (its requests count
+// as allocated, its job's task count grows), so a plan never overcommits
+// the snapshot. Tasks with the same requirements form an equivalence
+// class whose static filter results are computed once per machine.
+func Schedule(p Profile, snap *Snapshot, tasks []*Task) *Plan {
+	s := &scheduling{p: p, snap: snap, assumed: map[string]*Machine{}, static: map[string]map[string]*Status{}}
+	if p.Rand == nil {
+		s.p.Rand = rand.New(rand.NewPCG(1, 2))
+	}
+	s.order = s.p.Rand.Perm(len(snap.Machines))
+	plan := &Plan{}
+	for _, t := range tasks {
+		m, score, st := s.place(t)
+		if m == nil {
+			plan.Failures = append(plan.Failures, Failure{Task: t, Status: st})
+			continue
+		}
+		plan.Placements = append(plan.Placements, Placement{Task: t, Machine: m, Score: score})
+		s.assume(t, m)
+	}
+	plan.Examined, plan.StaticHits = s.examined, s.staticHits
+	return plan
+}
+
+type scheduling struct {
+	p       Profile
+	snap    *Snapshot
+	order   []int               // machine indexes in the order examined
+	next    int                 // where the next task starts in order
+	assumed map[string]*Machine // machines changed by this plan so far
+	static  map[string]map[string]*Status
+
+	examined, staticHits int
+}
+
+// view returns machine i as the plan so far has left it.
+func (s *scheduling) view(i int) *Machine {
+	m := s.snap.Machines[i]
+	if a, ok := s.assumed[m.Name]; ok {
+		return a
+	}
+	return m
+}
+
+// place finds the machine for t: the best scoring of the first
+// SampleFeasible feasible machines, starting where the previous task
+// stopped. It returns the snapshot's machine (not the assumed view).
+func (s *scheduling) place(t *Task) (*Machine, int64, *Status) {
+	n := len(s.order)
+	if n == 0 {
+		return nil, 0, NewStatus(Unschedulable, "Schedule", "the cell has no machines")
+	}
+	class := classKey(t)
+	var (
+		best      *Machine
+		bestIdx   = -1
+		bestScore int64
+		feasible  int
+		reasons   = map[string]int{}
+		lastErr   *Status
+	)
+	start := s.next
+	i := 0
+	for ; i < n; i++ {
+		idx := s.order[(start+i)%n]
+		m := s.view(idx)
+		st := s.filter(class, t, m)
+		if !st.IsSuccess() {
+			if st.Code == Error {
+				lastErr = st
+			}
+			reasons[st.Plugin+": "+strings.Join(st.Reasons, "; ")]++
+			continue
+		}
+		feasible++
+		score := s.score(t, m)
+		if best == nil || score > bestScore {
+			best, bestIdx, bestScore = m, idx, score
+		}
+		if s.p.SampleFeasible > 0 && feasible >= s.p.SampleFeasible {
+			i++
+			break
+		}
+	}
+	s.next = (start + i) % n
+	if best == nil {
+		if lastErr != nil {
+			return nil, 0, lastErr
+		}
+		return nil, 0, unschedulable(reasons, n)
+	}
+	return s.snap.Machines[bestIdx], bestScore, nil
+}
+
+// filter runs the filters, answering static ones from the class cache.
+func (s *scheduling) filter(class string, t *Task, m *Machine) *Status {
+	s.examined++
+	for _, f := range s.p.Filters {
+		if _, ok := f.(Static); ok {
+			cache := s.static[class]
+			if cache == nil {
+				cache = map[string]*Status{}
+				s.static[class] = cache
+			}
+			key := f.Name() + "\x00" + m.Name
+			st, hit := cache[key]
+			if hit {
+				s.staticHits++
+			} else {
+				st = f.Filter(t, m)
+				cache[key] = st
+			}
+			if !st.IsSuccess() {
+				return st
+			}
+			continue
+		}
+		if st := f.Filter(t, m); !st.IsSuccess() {
+			return st
+		}
+	}
+	return nil
+}
+
+func (s *scheduling) score(t *Task, m *Machine) int64 {
+	var total int64
+	for _, w := range s.p.Scores {
+		total += w.Weight * w.Plugin.Score(t, m)
+	}
+	return total
+}
+
+// assume records t on machine m in the plan's overlay.
+func (s *scheduling) assume(t *Task, m *Machine) {
+	a, ok := s.assumed[m.Name]
+	if !ok {
+		c := *m
+		c.Allocated = maps.Clone(m.Allocated)
+		if c.Allocated == nil {
+			c.Allocated = map[string]int64{}
+		}
+		c.JobTasks = maps.Clone(m.JobTasks)
+		if c.JobTasks == nil {
+			c.JobTasks = map[string]int{}
+		}
+		a = &c
+		s.assumed[m.Name] = a
+	}
+	for r, v := range t.Requests {
+		a.Allocated[r] += v
+	}
+	a.JobTasks[t.Job]++
+}
+
+// unschedulable summarizes why no machine fit, most common reason first.
+func unschedulable(reasons map[string]int, machines int) *Status {
+	keys := slices.Collect(maps.Keys(reasons))
+	slices.SortFunc(keys, func(a, b string) int {
+		if reasons[a] != reasons[b] {
+			return reasons[b] - reasons[a]
+		}
+		return strings.Compare(a, b)
+	})
+	out := make([]string, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, fmt.Sprintf("%d× %s", reasons[k], k))
+	}
+	return NewStatus(Unschedulable, "Schedule", fmt.Sprintf("0/%d machines fit: %s", machines, strings.Join(out, ", ")))
+}
+
+// classKey identifies a task's equivalence class for static filters:
+// everything they may look at (constraints and tolerations). The tasks of
+// a job share it, and so do identical tasks of different jobs.
+func classKey(t *Task) string {
+	spec := t.Task.GetSpec()
+	b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(&troupev1.TaskSpec{
+		Constraints: spec.GetConstraints(), Tolerations: spec.GetTolerations()})
+	return string(b)
+}

@@ -1,0 +1,123 @@
+package framework
+
+import (
+	"fmt"
+	"strings"
+
+	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
+)
+
+// Code is a plugin verdict's kind.
+type Code int
+
+const (
+	// Success: the task may run there.
+	Success Code = iota
+	// Unschedulable: the task cannot run there in the current cell.
+	Unschedulable
+	// Error: the plugin could not decide; the task is not placed this
+	// round.
+	Error
+)
+
+// Status is a plugin's verdict. A nil *Status is Success.
+type Status struct {
+	Code    Code
+	Plugin  string
+	Reasons []string
+}
+
+// NewStatus returns a status of code from plugin with reasons.
+func NewStatus(code Code, plugin string, reasons ...string) *Status {
+	return &Status{Code: code, Plugin: plugin, Reasons: reasons}
+}
+
+// IsSuccess reports whether s is nil or Success.
+func (s *Status) IsSuccess() bool { return s == nil || s.Code == Success }
+
+func (s *Status) String() string {
+	if s.IsSuccess() {
+		return "success"
+	}
+	kind := "unschedulable"
+	if s.Code == Error {
+		kind = "error"
+	}
+	return fmt.Sprintf("%s (%s): %s", kind, s.Plugin, strings.Join(s.Reasons, "; "))
+}
+
+// Machine is one machine as a decision sees it. The scheduler fills it
+// from its cache; Allocated sums the requests placed on it (the store's
+// /alloc counters), and JobTasks counts tasks per job on it.
+type Machine struct {
+	Name      string
+	Object    *troupev1.Machine // for CEL constraints; read-only
+	Labels    map[string]string
+	Taints    []*troupev1.Taint
+	Capacity  map[string]int64
+	Allocated map[string]int64
+	// AllocVersions are the store versions of the machine's counters, for
+	// coarse-grained conflict detection.
+	AllocVersions map[string]uint64
+	JobTasks      map[string]int
+	// Unschedulable machines (cordoned, lost) get no new tasks.
+	Unschedulable bool
+}
+
+// Free returns how much of resource r is left.
+func (m *Machine) Free(r string) int64 { return m.Capacity[r] - m.Allocated[r] }
+
+// Snapshot is the cell as a decision reads it. Schedule does not change
+// it: placements it decides are assumed in an overlay.
+type Snapshot struct {
+	Machines []*Machine
+}
+
+// Task is one pending task to place.
+type Task struct {
+	// Key is the task's store key; Job is "<namespace>/<job>".
+	Key, Job string
+	Task     *troupev1.Task
+	Requests map[string]int64
+	Priority int32
+}
+
+// NewTask describes a stored task for scheduling.
+func NewTask(key string, t *troupev1.Task) *Task {
+	return &Task{
+		Key:      key,
+		Job:      t.GetMetadata().GetNamespace() + "/" + t.GetSpec().GetJob(),
+		Task:     t,
+		Requests: t.GetSpec().GetTemplate().GetRequests(),
+		Priority: t.GetSpec().GetPriority(),
+	}
+}
+
+// FilterPlugin decides whether a task may run on a machine.
+type FilterPlugin interface {
+	Name() string
+	Filter(t *Task, m *Machine) *Status
+}
+
+// Static marks a FilterPlugin whose verdict depends only on the task's
+// equivalence class and the machine's fixed attributes (labels, taints,
+// object), never on allocations: it is evaluated once per class and
+// machine.
+type Static interface {
+	Static()
+}
+
+// ScorePlugin ranks a feasible machine for a task, from 0 (worst) to 100.
+type ScorePlugin interface {
+	Name() string
+	Score(t *Task, m *Machine) int64
+}
+
+// WeightedScore is a score plugin and its weight in the total.
+type WeightedScore struct {
+	Plugin ScorePlugin
+	Weight int64
+}
+
+// MaxScore is the best score a plugin gives.
+const MaxScore = 100
