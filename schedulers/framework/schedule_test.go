@@ -47,7 +47,7 @@ func (fullest) Score(t *Task, m *Machine) int64 {
 
 type broken struct{}
 
-func (broken) Name() string                 { return "Broken" }
+func (broken) Name() string                   { return "Broken" }
 func (broken) Filter(*Task, *Machine) *Status { return NewStatus(Error, "Broken", "cannot tell") }
 
 func cell(n int, cpu int64) *Snapshot {
