@@ -101,12 +101,13 @@ func (s *scheduling) place(t *Task) (*Machine, int64, *Status) {
 		return nil, 0, NewStatus(Unschedulable, "Schedule", "the cell has no machines")
 	}
 	class := classKey(t)
+	scores := s.preScore(t)
 	var (
 		best      *Machine
 		bestIdx   = -1
 		bestScore int64
 		feasible  int
-		reasons   = map[string]int{}
+		reasons   = map[string]reason{}
 		lastErr   *Status
 	)
 	start := s.next
@@ -119,11 +120,16 @@ func (s *scheduling) place(t *Task) (*Machine, int64, *Status) {
 			if st.Code == Error {
 				lastErr = st
 			}
-			reasons[st.Plugin+": "+strings.Join(st.Reasons, "; ")]++
+			r := reasons[st.Plugin]
+			if r.count == 0 {
+				r.example = strings.Join(st.Reasons, "; ")
+			}
+			r.count++
+			reasons[st.Plugin] = r
 			continue
 		}
 		feasible++
-		score := s.score(t, m)
+		score := score(scores, t, m)
 		if best == nil || score > bestScore {
 			best, bestIdx, bestScore = m, idx, score
 		}
@@ -172,9 +178,30 @@ func (s *scheduling) filter(class string, t *Task, m *Machine) *Status {
 	return nil
 }
 
-func (s *scheduling) score(t *Task, m *Machine) int64 {
+// preScore returns the task's score plugins, with PreScorePlugins
+// replaced by what they return for this task.
+func (s *scheduling) preScore(t *Task) []WeightedScore {
+	scores, cloned := s.p.Scores, false
+	for i, w := range scores {
+		ps, ok := w.Plugin.(PreScorePlugin)
+		if !ok {
+			continue
+		}
+		if !cloned {
+			scores, cloned = slices.Clone(scores), true
+		}
+		views := make([]*Machine, len(s.snap.Machines))
+		for j := range views {
+			views[j] = s.view(j)
+		}
+		scores[i] = WeightedScore{Plugin: ps.PreScore(t, views), Weight: w.Weight}
+	}
+	return scores
+}
+
+func score(scores []WeightedScore, t *Task, m *Machine) int64 {
 	var total int64
-	for _, w := range s.p.Scores {
+	for _, w := range scores {
 		total += w.Weight * w.Plugin.Score(t, m)
 	}
 	return total
@@ -202,18 +229,25 @@ func (s *scheduling) assume(t *Task, m *Machine) {
 	a.JobTasks[t.Job]++
 }
 
-// unschedulable summarizes why no machine fit, most common reason first.
-func unschedulable(reasons map[string]int, machines int) *Status {
-	keys := slices.Collect(maps.Keys(reasons))
-	slices.SortFunc(keys, func(a, b string) int {
-		if reasons[a] != reasons[b] {
-			return reasons[b] - reasons[a]
+// reason counts the machines one plugin refused, with one of its reasons.
+type reason struct {
+	count   int
+	example string
+}
+
+// unschedulable summarizes why no machine fit, by plugin, most common
+// first: "0/3 machines fit: 2× ResourceFit (insufficient cpu: ...), ...".
+func unschedulable(reasons map[string]reason, machines int) *Status {
+	plugins := slices.Collect(maps.Keys(reasons))
+	slices.SortFunc(plugins, func(a, b string) int {
+		if reasons[a].count != reasons[b].count {
+			return reasons[b].count - reasons[a].count
 		}
 		return strings.Compare(a, b)
 	})
-	out := make([]string, 0, len(keys))
-	for _, k := range keys {
-		out = append(out, fmt.Sprintf("%d× %s", reasons[k], k))
+	out := make([]string, 0, len(plugins))
+	for _, p := range plugins {
+		out = append(out, fmt.Sprintf("%d× %s (%s)", reasons[p].count, p, reasons[p].example))
 	}
 	return NewStatus(Unschedulable, "Schedule", fmt.Sprintf("0/%d machines fit: %s", machines, strings.Join(out, ", ")))
 }

@@ -94,7 +94,7 @@ func TestScheduleAssumesPlacements(t *testing.T) {
 		t.Fatalf("%d placed, %d failed", len(plan.Placements), len(plan.Failures))
 	}
 	st := plan.Failures[0].Status
-	if st.Code != Unschedulable || !strings.Contains(st.String(), "0/3 machines fit") || !strings.Contains(st.String(), "3× Fit: insufficient cpu") {
+	if st.Code != Unschedulable || !strings.Contains(st.String(), "0/3 machines fit") || !strings.Contains(st.String(), "3× Fit (insufficient cpu)") {
 		t.Fatalf("failure: %v", st)
 	}
 	if snap.Machines[0].Allocated["cpu"] != 600 {

@@ -113,6 +113,15 @@ type ScorePlugin interface {
 	Score(t *Task, m *Machine) int64
 }
 
+// PreScorePlugin is a ScorePlugin that needs the whole cell to score one
+// task (such as spreading over failure domains): Schedule calls PreScore
+// once per task with every machine as the plan has left it, and scores
+// with the plugin it returns.
+type PreScorePlugin interface {
+	ScorePlugin
+	PreScore(t *Task, machines []*Machine) ScorePlugin
+}
+
 // WeightedScore is a score plugin and its weight in the total.
 type WeightedScore struct {
 	Plugin ScorePlugin

@@ -1,0 +1,70 @@
+// Package resourcefit is the ResourceFit filter: a task fits a machine
+// when every resource it requests is at most what the machine has free
+// (capacity minus what is allocated, including the placements the current
+// plan has assumed).
+package resourcefit
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/troupe-cluster/troupe/schedulers/framework"
+)
+
+// Name is the plugin's name in statuses.
+const Name = "ResourceFit"
+
+// ResourceFit refuses machines without enough free capacity for one of the
+// task's requests, or without the requested resource at all. Requests of
+// zero or less ask for nothing. Its verdict depends on allocations, so it
+// is not Static. Cordoned machines are refused by schedulable.Schedulable,
+// not here.
+type ResourceFit struct{}
+
+var _ framework.FilterPlugin = (*ResourceFit)(nil)
+
+// New returns the plugin.
+func New() *ResourceFit { return &ResourceFit{} }
+
+// Name returns "ResourceFit".
+func (*ResourceFit) Name() string { return Name }
+
+// Filter reports Unschedulable with one reason per resource that does not
+// fit, in resource-name order.
+func (*ResourceFit) Filter(t *framework.Task, m *framework.Machine) *framework.Status {
+	// The common case, everything fits, allocates nothing.
+	fits := true
+	for r, req := range t.Requests {
+		if !fit(r, req, m) {
+			fits = false
+			break
+		}
+	}
+	if fits {
+		return nil
+	}
+	var reasons []string
+	for _, r := range slices.Sorted(maps.Keys(t.Requests)) {
+		req := t.Requests[r]
+		if fit(r, req, m) {
+			continue
+		}
+		if _, ok := m.Capacity[r]; !ok {
+			reasons = append(reasons, fmt.Sprintf("machine has no %s: requested %d", r, req))
+			continue
+		}
+		reasons = append(reasons, fmt.Sprintf("insufficient %s: requested %d, free %d", r, req, m.Free(r)))
+	}
+	return framework.NewStatus(framework.Unschedulable, Name, reasons...)
+}
+
+func fit(r string, req int64, m *framework.Machine) bool {
+	if req <= 0 {
+		return true
+	}
+	if _, ok := m.Capacity[r]; !ok {
+		return false
+	}
+	return req <= m.Free(r)
+}
