@@ -20,7 +20,7 @@ func NewInformer[T Object](c *Client, k Kind[T], within string, indexes map[stri
 			return c.Watch(ctx, prefix, cursor)
 		},
 		IsCompacted: IsCompacted,
-		Decode:      func(value []byte, version uint64) (T, error) { return Decode(k, value, version) },
+		Decode:      func(_ string, value []byte, version uint64) (T, error) { return Decode(k, value, version) },
 		Indexes:     indexes,
 		Logger:      c.log,
 	})

@@ -166,7 +166,9 @@ func TestInformerRecoversFromCompaction(t *testing.T) {
 			return c.Watch(ctx, prefix, cursor)
 		},
 		IsCompacted: func(err error) bool { return clientlib.IsCompacted(err) },
-		Decode:      func(v []byte, ver uint64) (*troupev1.Task, error) { return clientlib.Decode(clientlib.Tasks, v, ver) },
+		Decode: func(_ string, v []byte, ver uint64) (*troupev1.Task, error) {
+			return clientlib.Decode(clientlib.Tasks, v, ver)
+		},
 	})
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()

@@ -138,6 +138,16 @@ var (
 		key: byName[*troupev1.ValidationPolicy], new: func() *troupev1.ValidationPolicy { return &troupev1.ValidationPolicy{} }}
 )
 
+// DecodeCounter reads a counter key's value (decimal text) into a
+// Counter named after the key's last segment.
+func DecodeCounter(key string, value []byte, version uint64) (*troupev1.Counter, error) {
+	v, err := strconv.ParseInt(string(value), 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("counter %s: %w", key, err)
+	}
+	return &troupev1.Counter{Metadata: &troupev1.ObjectMeta{Name: key, Version: version}, Value: v}, nil
+}
+
 // Encode returns the stored form of obj: its encoding without
 // metadata.version, which belongs to the key, not the value.
 func Encode[T Object](obj T) ([]byte, error) {

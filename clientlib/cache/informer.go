@@ -28,8 +28,9 @@ type InformerConfig[T Object] struct {
 	Watch  func(ctx context.Context, prefix string, cursor []byte) Stream
 	// IsCompacted reports a watch error that needs a relist.
 	IsCompacted func(error) bool
-	// Decode turns a stored value into an object (version filled in).
-	Decode  func(value []byte, version uint64) (T, error)
+	// Decode turns a stored key and value into an object (version filled
+	// in).
+	Decode  func(key string, value []byte, version uint64) (T, error)
 	Indexes map[string]IndexFunc[T]
 	// RetryDelay is the pause before listing again after a failed list or
 	// a broken watch.
@@ -139,7 +140,7 @@ func (in *Informer[T]) list(ctx context.Context) ([]byte, error) {
 	}
 	objs := make(map[string]T, len(kvs))
 	for _, kv := range kvs {
-		obj, err := in.cfg.Decode(kv.GetValue(), kv.GetVersion())
+		obj, err := in.cfg.Decode(kv.GetKey(), kv.GetValue(), kv.GetVersion())
 		if err != nil {
 			in.cfg.Logger.Warn("cache: undecodable object skipped", zap.String("key", kv.GetKey()), zap.Error(err))
 			continue
@@ -205,7 +206,7 @@ func (in *Informer[T]) apply(ev *storev1.Event) {
 			in.notifyDelete(key, old)
 		}
 	default:
-		obj, err := in.cfg.Decode(ev.GetKv().GetValue(), ver)
+		obj, err := in.cfg.Decode(key, ev.GetKv().GetValue(), ver)
 		if err != nil {
 			in.cfg.Logger.Warn("cache: undecodable object skipped", zap.String("key", key), zap.Error(err))
 			return

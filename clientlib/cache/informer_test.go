@@ -110,7 +110,7 @@ func TestInformerListWatchRelist(t *testing.T) {
 	in := NewInformer(InformerConfig[*troupev1.Machine]{
 		Prefix: "/machines/", List: src.list, Watch: src.watch,
 		IsCompacted: func(err error) bool { return errors.Is(err, errCompacted) },
-		Decode: func(v []byte, ver uint64) (*troupev1.Machine, error) {
+		Decode: func(_ string, v []byte, ver uint64) (*troupev1.Machine, error) {
 			m := &troupev1.Machine{}
 			if err := proto.Unmarshal(v, m); err != nil {
 				return nil, err

@@ -66,15 +66,17 @@ func RunCacheBench(ctx context.Context, machines, tasks int) (CacheResult, error
 	start := time.Now()
 	mc := cache.NewInformer(cache.InformerConfig[*troupev1.Machine]{
 		Prefix: clientlib.Machines.Prefix, List: store.List, Watch: idleWatch, IsCompacted: clientlib.IsCompacted,
-		Decode: func(v []byte, ver uint64) (*troupev1.Machine, error) {
+		Decode: func(_ string, v []byte, ver uint64) (*troupev1.Machine, error) {
 			return clientlib.Decode(clientlib.Machines, v, ver)
 		},
 	})
 	feed := make(chan *storev1.WatchResponse, 64)
 	tc := cache.NewInformer(cache.InformerConfig[*troupev1.Task]{
 		Prefix: clientlib.Tasks.Prefix, List: store.List, IsCompacted: clientlib.IsCompacted,
-		Watch:   func(ctx context.Context, _ string, _ []byte) cache.Stream { return &chanStream{ctx: ctx, ch: feed} },
-		Decode:  func(v []byte, ver uint64) (*troupev1.Task, error) { return clientlib.Decode(clientlib.Tasks, v, ver) },
+		Watch: func(ctx context.Context, _ string, _ []byte) cache.Stream { return &chanStream{ctx: ctx, ch: feed} },
+		Decode: func(_ string, v []byte, ver uint64) (*troupev1.Task, error) {
+			return clientlib.Decode(clientlib.Tasks, v, ver)
+		},
 		Indexes: clientlib.TaskIndexes(),
 	})
 	runCtx, stop := context.WithCancel(ctx)
