@@ -1,0 +1,177 @@
+package scheduler
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/troupe-cluster/troupe/clientlib"
+	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
+	"github.com/troupe-cluster/troupe/schedulers/framework"
+)
+
+// refreshWait bounds how long a retry waits for the caches to show what
+// a conflict said the store holds.
+const refreshWait = time.Second
+
+// scheduleJob places the pending tasks of job: decide, commit, and on
+// conflicts refresh and retry only what failed, up to MaxAttempts.
+func (s *Scheduler) scheduleJob(ctx context.Context, job string) {
+	for attempt := 1; attempt <= s.cfg.MaxAttempts; attempt++ {
+		tasks := s.pendingTasks(job)
+		if len(tasks) == 0 {
+			s.queue.Forget(job)
+			s.mu.Lock()
+			delete(s.seen, job)
+			s.mu.Unlock()
+			return
+		}
+		start := s.cfg.Now()
+		s.firstAttempt(job, tasks, start)
+		plan := framework.Schedule(s.cfg.Profile, s.snapshot(job), tasks)
+		if s.cfg.Modes.Txn == framework.AllOrNothing && len(plan.Failures) > 0 {
+			// A gang is placed whole or not at all.
+			s.stats.decided(start, s.cfg.Now(), len(tasks), 0, 0, len(tasks))
+			s.queue.AddAfter(job, s.cfg.Backoff)
+			return
+		}
+		res, err := framework.CommitPlan(ctx, s.c, plan, s.cfg.Modes, s.cfg.Name, s.cfg.Now())
+		if err != nil {
+			if ctx.Err() == nil {
+				s.cfg.Logger.Warn("commit failed", zap.String("job", job), zap.Error(err))
+				s.queue.AddRateLimited(job)
+			}
+			return
+		}
+		s.assume(res.Committed)
+		s.stats.decided(start, s.cfg.Now(), len(tasks), len(res.Committed), len(res.Conflicted), len(plan.Failures))
+		if len(plan.Failures) > 0 {
+			s.cfg.Logger.Debug("tasks fit nowhere", zap.String("job", job), zap.Int("tasks", len(plan.Failures)),
+				zap.String("why", plan.Failures[0].Status.String()))
+			s.queue.AddAfter(job, s.cfg.Backoff)
+		}
+		if len(res.Conflicted) == 0 {
+			s.queue.Forget(job)
+			return
+		}
+		s.awaitRefresh(ctx, res.Conflicted)
+	}
+	s.queue.AddRateLimited(job) // still conflicting: back off
+}
+
+// firstAttempt records the wait of a job's tasks the first time the
+// instance attempts them.
+func (s *Scheduler) firstAttempt(job string, tasks []*framework.Task, now time.Time) {
+	s.mu.Lock()
+	first := !s.seen[job]
+	s.seen[job] = true
+	s.mu.Unlock()
+	if first {
+		s.stats.waited(tasks, now)
+	}
+}
+
+// pendingTasks returns the job's unbound tasks this instance serves, in
+// index order, leaving out those it placed itself and the cache does not
+// show bound yet.
+func (s *Scheduler) pendingTasks(job string) []*framework.Task {
+	var out []*framework.Task
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range s.tasks.Indexer().ByIndex(clientlib.IndexJob, job) {
+		key, err := clientlib.Tasks.Key(t)
+		if err != nil || !pending(t) || !s.serves(t) {
+			continue
+		}
+		if v, ok := s.assumed[key]; ok {
+			if t.GetMetadata().GetVersion() < v {
+				continue // our binding is on its way
+			}
+			delete(s.assumed, key)
+		}
+		out = append(out, framework.NewTask(key, t))
+	}
+	slices.SortFunc(out, func(a, b *framework.Task) int { return int(a.Task.GetSpec().GetIndex() - b.Task.GetSpec().GetIndex()) })
+	return out
+}
+
+// assume remembers placements committed until the cache shows them.
+func (s *Scheduler) assume(ps []framework.Placement) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range ps {
+		s.assumed[p.Task.Key] = p.Task.Task.GetMetadata().GetVersion() + 1
+	}
+}
+
+// snapshot builds the decision's view of the cell from the caches.
+func (s *Scheduler) snapshot(job string) *framework.Snapshot {
+	jobTasks := map[string]int{}
+	for _, t := range s.tasks.Indexer().ByIndex(clientlib.IndexJob, job) {
+		if m := t.GetBinding().GetMachine(); m != "" {
+			jobTasks[m]++
+		}
+	}
+	snap := &framework.Snapshot{}
+	for _, m := range s.machines.Indexer().List() {
+		name := m.GetMetadata().GetName()
+		fm := &framework.Machine{
+			Name: name, Object: m, Labels: m.GetMetadata().GetLabels(), Taints: m.GetSpec().GetTaints(),
+			Capacity: m.GetSpec().GetCapacity(), Allocated: map[string]int64{}, AllocVersions: map[string]uint64{},
+			Unschedulable: m.GetSpec().GetUnschedulable() || m.GetStatus().GetPhase() == troupev1.MachinePhase_MACHINE_PHASE_LOST,
+		}
+		if n := jobTasks[name]; n > 0 {
+			fm.JobTasks = map[string]int{job: n}
+		}
+		for _, c := range s.counters.Indexer().ByIndex(clientlib.IndexMachine, name) {
+			r := strings.TrimPrefix(c.GetMetadata().GetName(), framework.AllocKey(name, ""))
+			fm.Allocated[r], fm.AllocVersions[r] = c.GetValue(), c.GetMetadata().GetVersion()
+		}
+		snap.Machines = append(snap.Machines, fm)
+	}
+	return snap
+}
+
+// awaitRefresh waits until the caches hold the versions the conflicts
+// reported (or refreshWait passes), so the retry decides on fresh state.
+func (s *Scheduler) awaitRefresh(ctx context.Context, conflicts []framework.Conflicted) {
+	deadline := time.NewTimer(refreshWait)
+	defer deadline.Stop()
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for !s.refreshed(conflicts) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-deadline.C:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func (s *Scheduler) refreshed(conflicts []framework.Conflicted) bool {
+	for _, c := range conflicts {
+		k, v := c.Conflict.Key, c.Conflict.CurrentVersion
+		var have uint64
+		switch {
+		case strings.HasPrefix(k, "/alloc/"):
+			if o, ok := s.counters.Indexer().Get(k); ok {
+				have = o.GetMetadata().GetVersion()
+			}
+		case strings.HasPrefix(k, clientlib.Tasks.Prefix):
+			if o, ok := s.tasks.Indexer().Get(k); ok {
+				have = o.GetMetadata().GetVersion()
+			}
+		default:
+			continue
+		}
+		if have < v {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,187 @@
+// Package scheduler runs one scheduler instance in a cell, Omega style:
+// it keeps its view of the cell in caches fed by watch, takes the pending
+// tasks of the jobs it serves, decides with its framework profile, and
+// commits one request per job straight to the store. Conflicting
+// placements are refreshed and retried, a bounded number of times; tasks
+// that fit nowhere wait and are tried again when the cell changes.
+//
+//	caches (machines, tasks, counters) ──► job queue ──► decide ──► commit
+//	        ▲                                              │ conflicts
+//	        └───────────── watch ◄── store ◄───────────────┘
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/troupe-cluster/troupe/clientlib"
+	"github.com/troupe-cluster/troupe/clientlib/cache"
+	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
+	"github.com/troupe-cluster/troupe/schedulers/framework"
+)
+
+// Config configures one scheduler instance.
+type Config struct {
+	// Name is the instance's name ("batch-0"), written into the bindings
+	// it makes and its /schedulers/<name> record.
+	Name string
+	// Kind selects the jobs served: those whose spec.scheduler is Kind.
+	Kind string
+	// Partitions > 1 splits the jobs of Kind among instances by a hash of
+	// the job; this instance takes Partition. 0 or 1: all jobs (instances
+	// of one kind then compete for the same tasks).
+	Partition, Partitions int
+	Profile               framework.Profile
+	Modes                 framework.Modes
+	// MaxAttempts bounds the commits of one job's decision round before it
+	// backs off.
+	MaxAttempts int
+	// Backoff is the wait before pending tasks that fit nowhere are tried
+	// again (a change in the cell also wakes them).
+	Backoff time.Duration
+	Now     func() time.Time
+	Logger  *zap.Logger
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Name == "" || c.Kind == "" {
+		errs = append(errs, errors.New("scheduler: Name and Kind are required"))
+	}
+	if c.Partitions > 1 && (c.Partition < 0 || c.Partition >= c.Partitions) {
+		errs = append(errs, fmt.Errorf("scheduler: Partition %d outside [0, %d)", c.Partition, c.Partitions))
+	}
+	if c.MaxAttempts <= 0 || c.Backoff <= 0 {
+		errs = append(errs, errors.New("scheduler: MaxAttempts and Backoff must be positive"))
+	}
+	if c.Now == nil || c.Logger == nil {
+		errs = append(errs, errors.New("scheduler: Now and Logger are required"))
+	}
+	return errors.Join(errs...)
+}
+
+// Scheduler is one running instance.
+type Scheduler struct {
+	cfg      Config
+	c        *clientlib.Client
+	machines *cache.Informer[*troupev1.Machine]
+	tasks    *cache.Informer[*troupev1.Task]
+	counters *cache.Informer[*troupev1.Counter]
+	queue    *cache.WorkQueue
+	stats    *Stats
+
+	mu      sync.Mutex
+	assumed map[string]uint64 // task key → version this instance wrote
+	seen    map[string]bool   // jobs with pending tasks already attempted
+}
+
+// New returns a scheduler over client c.
+func New(c *clientlib.Client, cfg Config) (*Scheduler, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Scheduler{cfg: cfg, c: c, queue: cache.NewWorkQueue(cache.DefaultQueueConfig()), stats: newStats(cfg.Now()), assumed: map[string]uint64{}, seen: map[string]bool{}}
+	s.machines = clientlib.NewInformer(c, clientlib.Machines, "", nil)
+	s.tasks = clientlib.NewInformer(c, clientlib.Tasks, "", clientlib.TaskIndexes())
+	s.counters = cache.NewInformer(cache.InformerConfig[*troupev1.Counter]{
+		Prefix: "/alloc/", List: c.List, IsCompacted: clientlib.IsCompacted, Decode: clientlib.DecodeCounter,
+		Watch: func(ctx context.Context, prefix string, cursor []byte) cache.Stream { return c.Watch(ctx, prefix, cursor) },
+		Indexes: map[string]cache.IndexFunc[*troupev1.Counter]{clientlib.IndexMachine: func(k *troupev1.Counter) []string {
+			m, _, _ := strings.Cut(strings.TrimPrefix(k.GetMetadata().GetName(), "/alloc/"), "/")
+			return []string{m}
+		}},
+		Logger: cfg.Logger,
+	})
+	s.tasks.AddHandler(cache.Handler[*troupev1.Task]{
+		OnAdd:    func(_ string, t *troupev1.Task) { s.taskChanged(t) },
+		OnUpdate: func(_ string, _, t *troupev1.Task) { s.taskChanged(t) },
+	})
+	wakeAll := func() { s.wakePending() }
+	s.machines.AddHandler(cache.Handler[*troupev1.Machine]{
+		OnAdd: func(string, *troupev1.Machine) { wakeAll() }, OnUpdate: func(string, *troupev1.Machine, *troupev1.Machine) { wakeAll() },
+	})
+	s.counters.AddHandler(cache.Handler[*troupev1.Counter]{
+		OnUpdate: func(_ string, old, cur *troupev1.Counter) {
+			if cur.GetValue() < old.GetValue() {
+				wakeAll() // capacity was released
+			}
+		},
+	})
+	return s, nil
+}
+
+// Stats returns the instance's counters so far.
+func (s *Scheduler) Stats() Snapshot { return s.stats.snapshot(s.cfg.Now()) }
+
+// Run schedules until ctx ends.
+func (s *Scheduler) Run(ctx context.Context) error {
+	for _, run := range []func(context.Context) error{s.machines.Run, s.tasks.Run, s.counters.Run} {
+		go run(ctx)
+	}
+	for _, sync := range []func(context.Context) error{s.machines.WaitForSync, s.tasks.WaitForSync, s.counters.WaitForSync} {
+		if err := sync(ctx); err != nil {
+			return err
+		}
+	}
+	s.wakePending()
+	go func() {
+		<-ctx.Done()
+		s.queue.ShutDown()
+	}()
+	for {
+		job, shutdown := s.queue.Get()
+		if shutdown {
+			return ctx.Err()
+		}
+		s.scheduleJob(ctx, job)
+		s.queue.Done(job)
+	}
+}
+
+// serves reports whether this instance takes task t.
+func (s *Scheduler) serves(t *troupev1.Task) bool {
+	return t.GetSpec().GetScheduler() == s.cfg.Kind && s.servesJob(jobOf(t))
+}
+
+// servesJob reports whether job falls in this instance's partition.
+func (s *Scheduler) servesJob(job string) bool {
+	if s.cfg.Partitions <= 1 {
+		return true
+	}
+	h := fnv.New32a()
+	h.Write([]byte(job))
+	return int(h.Sum32()%uint32(s.cfg.Partitions)) == s.cfg.Partition
+}
+
+func jobOf(t *troupev1.Task) string { return t.GetMetadata().GetNamespace() + "/" + t.GetSpec().GetJob() }
+
+func pending(t *troupev1.Task) bool {
+	return t.GetBinding().GetMachine() == "" && t.GetStatus().GetPhase() != troupev1.TaskPhase_TASK_PHASE_STOPPED
+}
+
+func (s *Scheduler) taskChanged(t *troupev1.Task) {
+	if pending(t) && s.serves(t) {
+		s.queue.Add(jobOf(t))
+	}
+}
+
+// wakePending queues every job with pending tasks this instance serves.
+func (s *Scheduler) wakePending() {
+	for _, key := range s.tasks.Indexer().IndexKeys(clientlib.IndexScheduler, s.cfg.Kind) {
+		// /tasks/<namespace>/<job>/<index>
+		parts := strings.Split(strings.TrimPrefix(key, clientlib.Tasks.Prefix), "/")
+		if len(parts) == 3 {
+			if job := parts[0] + "/" + parts[1]; s.servesJob(job) {
+				s.queue.Add(job)
+			}
+		}
+	}
+}

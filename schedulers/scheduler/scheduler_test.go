@@ -1,0 +1,146 @@
+package scheduler_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/troupe-cluster/troupe/cellstore/localcell"
+	"github.com/troupe-cluster/troupe/clientlib"
+	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
+	"github.com/troupe-cluster/troupe/schedulers/framework"
+	"github.com/troupe-cluster/troupe/schedulers/profiles"
+	"github.com/troupe-cluster/troupe/schedulers/scheduler"
+)
+
+func newClient(t *testing.T, c *localcell.Cell) *clientlib.Client {
+	t.Helper()
+	cl, err := clientlib.New(clientlib.DefaultConfig(c.Endpoints()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
+// Two batch schedulers compete for the same 300 tasks on 20 machines:
+// every task is placed, no machine is over capacity, and the counters
+// match the tasks bound to each machine.
+func TestCompetingBatchSchedulers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	cell, err := localcell.Start(ctx, localcell.Config{Dir: t.TempDir(), Replicas: 1, Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cell.Close()
+	admin := newClient(t, cell)
+	const machines, tasks = 20, 300
+	for i := range machines {
+		if _, err := clientlib.Create(ctx, admin, clientlib.Machines, &troupev1.Machine{Metadata: &troupev1.ObjectMeta{Name: fmt.Sprintf("m%02d", i)},
+			Spec: &troupev1.MachineSpec{Capacity: map[string]int64{"cpu": 5000, "memory": 1 << 30}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var scheds []*scheduler.Scheduler
+	for i := range 2 {
+		prof, modes, err := profiles.New(profiles.Batch, rand.New(rand.NewPCG(uint64(i), 9)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := scheduler.New(newClient(t, cell), scheduler.Config{Name: "batch-" + strconv.Itoa(i), Kind: profiles.Batch,
+			Profile: prof, Modes: modes, MaxAttempts: 5, Backoff: 50 * time.Millisecond, Now: time.Now, Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		scheds = append(scheds, s)
+		go s.Run(ctx)
+	}
+	for i := range tasks {
+		job := fmt.Sprintf("j%d", i%6)
+		if _, err := clientlib.Create(ctx, admin, clientlib.Tasks, &troupev1.Task{
+			Metadata: &troupev1.ObjectMeta{Name: clientlib.TaskName(job, int32(i/6)), Namespace: "ns"},
+			Spec: &troupev1.TaskSpec{Job: job, Index: int32(i / 6), Scheduler: profiles.Batch, Submitted: timestamppb.Now(),
+				Template: &troupev1.TaskTemplate{Command: "/bin/true", Requests: map[string]int64{"cpu": 300}}},
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One task too big for any machine stays pending.
+	if _, err := clientlib.Create(ctx, admin, clientlib.Tasks, &troupev1.Task{
+		Metadata: &troupev1.ObjectMeta{Name: clientlib.TaskName("huge", 0), Namespace: "ns"},
+		Spec: &troupev1.TaskSpec{Job: "huge", Scheduler: profiles.Batch,
+			Template: &troupev1.TaskTemplate{Command: "/bin/true", Requests: map[string]int64{"cpu": 9000}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		all, _, err := clientlib.List(ctx, admin, clientlib.Tasks, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		bound := 0
+		for _, tk := range all {
+			if tk.GetBinding().GetMachine() != "" {
+				bound++
+			}
+		}
+		if bound == tasks {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%d of %d tasks bound", bound, tasks)
+		case <-tick.C:
+		}
+	}
+	// Audit: counters equal the requests bound per machine, within capacity.
+	all, _, _ := clientlib.List(ctx, admin, clientlib.Tasks, "")
+	want := map[string]int64{}
+	for _, tk := range all {
+		if m := tk.GetBinding().GetMachine(); m != "" {
+			want[m] += tk.GetSpec().GetTemplate().GetRequests()["cpu"]
+			if _, err := clientlib.Get(ctx, admin, clientlib.Bindings, clientlib.Bindings.Prefix+m+"/"+clientlib.TaskRef("ns", tk.GetSpec().GetJob(), tk.GetSpec().GetIndex())); err != nil {
+				t.Fatalf("binding of %s: %v", tk.GetMetadata().GetName(), err)
+			}
+		} else if tk.GetSpec().GetJob() != "huge" {
+			t.Fatalf("task %s unbound", tk.GetMetadata().GetName())
+		}
+	}
+	for i := range machines {
+		m := fmt.Sprintf("m%02d", i)
+		kv, err := admin.Get(ctx, framework.AllocKey(m, "cpu"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := int64(0)
+		if kv != nil {
+			got, _ = strconv.ParseInt(string(kv.GetValue()), 10, 64)
+		}
+		if got != want[m] || got > 5000 {
+			t.Fatalf("%s: counter %d, bound requests %d, capacity 5000", m, got, want[m])
+		}
+	}
+	var placements, conflicts uint64
+	for _, s := range scheds {
+		st := s.Stats()
+		placements += st.Placements
+		conflicts += st.Conflicts
+		t.Logf("scheduler: %d placements, %d conflicts (fraction %.3f), busyness %.2f, %v per task, mean wait %v",
+			st.Placements, st.Conflicts, st.ConflictFraction, st.Busyness, st.DecisionPerTask, st.MeanWait)
+	}
+	if placements != tasks {
+		t.Fatalf("schedulers report %d placements, want %d", placements, tasks)
+	}
+	if scheds[0].Stats().Unschedulable+scheds[1].Stats().Unschedulable == 0 {
+		t.Fatal("the oversized task was never reported unschedulable")
+	}
+}
