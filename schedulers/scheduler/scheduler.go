@@ -93,7 +93,9 @@ func New(c *clientlib.Client, cfg Config) (*Scheduler, error) {
 	s.tasks = clientlib.NewInformer(c, clientlib.Tasks, "", clientlib.TaskIndexes())
 	s.counters = cache.NewInformer(cache.InformerConfig[*troupev1.Counter]{
 		Prefix: "/alloc/", List: c.List, IsCompacted: clientlib.IsCompacted, Decode: clientlib.DecodeCounter,
-		Watch: func(ctx context.Context, prefix string, cursor []byte) cache.Stream { return c.Watch(ctx, prefix, cursor) },
+		Watch: func(ctx context.Context, prefix string, cursor []byte) cache.Stream {
+			return c.Watch(ctx, prefix, cursor)
+		},
 		Indexes: map[string]cache.IndexFunc[*troupev1.Counter]{clientlib.IndexMachine: func(k *troupev1.Counter) []string {
 			m, _, _ := strings.Cut(strings.TrimPrefix(k.GetMetadata().GetName(), "/alloc/"), "/")
 			return []string{m}
@@ -161,7 +163,9 @@ func (s *Scheduler) servesJob(job string) bool {
 	return int(h.Sum32()%uint32(s.cfg.Partitions)) == s.cfg.Partition
 }
 
-func jobOf(t *troupev1.Task) string { return t.GetMetadata().GetNamespace() + "/" + t.GetSpec().GetJob() }
+func jobOf(t *troupev1.Task) string {
+	return t.GetMetadata().GetNamespace() + "/" + t.GetSpec().GetJob()
+}
 
 func pending(t *troupev1.Task) bool {
 	return t.GetBinding().GetMachine() == "" && t.GetStatus().GetPhase() != troupev1.TaskPhase_TASK_PHASE_STOPPED
