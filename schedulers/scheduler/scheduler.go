@@ -46,6 +46,9 @@ type Config struct {
 	// Backoff is the wait before pending tasks that fit nowhere are tried
 	// again (a change in the cell also wakes them).
 	Backoff time.Duration
+	// PublishInterval is how often the /schedulers/<name> record is
+	// written (0: never).
+	PublishInterval time.Duration
 	Now     func() time.Time
 	Logger  *zap.Logger
 }
@@ -134,6 +137,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		}
 	}
 	s.wakePending()
+	if s.cfg.PublishInterval > 0 {
+		go s.publish(ctx, s.cfg.PublishInterval)
+	}
 	go func() {
 		<-ctx.Done()
 		s.queue.ShutDown()

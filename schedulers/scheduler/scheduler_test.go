@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -55,7 +58,8 @@ func TestCompetingBatchSchedulers(t *testing.T) {
 			t.Fatal(err)
 		}
 		s, err := scheduler.New(newClient(t, cell), scheduler.Config{Name: "batch-" + strconv.Itoa(i), Kind: profiles.Batch,
-			Profile: prof, Modes: modes, MaxAttempts: 5, Backoff: 50 * time.Millisecond, Now: time.Now, Logger: zap.NewNop()})
+			Profile: prof, Modes: modes, MaxAttempts: 5, Backoff: 50 * time.Millisecond, PublishInterval: 20 * time.Millisecond,
+			Now: time.Now, Logger: zap.NewNop()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -142,5 +146,31 @@ func TestCompetingBatchSchedulers(t *testing.T) {
 	}
 	if scheds[0].Stats().Unschedulable+scheds[1].Stats().Unschedulable == 0 {
 		t.Fatal("the oversized task was never reported unschedulable")
+	}
+	// Each instance publishes its counters, in its record and in
+	// Prometheus format.
+	for i, s := range scheds {
+		want := s.Stats().Placements
+		for {
+			rec, err := clientlib.Get(ctx, admin, clientlib.Schedulers, clientlib.Schedulers.Prefix+"batch-"+strconv.Itoa(i))
+			if err == nil && rec.GetCounters().GetPlacements() == want && rec.GetKind() == profiles.Batch {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("record of batch-%d: %v %v, want %d placements", i, rec, err, want)
+			case <-tick.C:
+			}
+		}
+		reg := prometheus.NewPedanticRegistry()
+		reg.MustRegister(s.Collector())
+		expected := fmt.Sprintf(`
+# HELP troupe_scheduler_placements_total Placements committed.
+# TYPE troupe_scheduler_placements_total counter
+troupe_scheduler_placements_total{scheduler="batch-%d"} %d
+`, i, want)
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(expected), "troupe_scheduler_placements_total"); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
