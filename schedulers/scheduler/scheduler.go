@@ -49,8 +49,8 @@ type Config struct {
 	// PublishInterval is how often the /schedulers/<name> record is
 	// written (0: never).
 	PublishInterval time.Duration
-	Now     func() time.Time
-	Logger  *zap.Logger
+	Now             func() time.Time
+	Logger          *zap.Logger
 }
 
 // Validate checks the configuration.
