@@ -3,7 +3,9 @@ package framework
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -44,6 +46,33 @@ type Modes struct {
 // AllocKey is the key of machine m's counter of resource r.
 func AllocKey(machine, resource string) string { return "/alloc/" + machine + "/" + resource }
 
+// take adds sign×requests to machine m's counters in group g: bounded by
+// capacity in Fine mode, on condition of the snapshot's versions in
+// Coarse mode.
+func take(g *clientlib.Group, m *Machine, requests map[string]int64, sign int64, modes Modes) {
+	for _, r := range slices.Sorted(maps.Keys(requests)) {
+		key := AllocKey(m.Name, r)
+		if modes.Conflict == Coarse {
+			g.Require(key, m.AllocVersions[r]).Add(key, sign*requests[r], math.MinInt64, math.MaxInt64)
+		} else {
+			g.Add(key, sign*requests[r], 0, m.Capacity[r])
+		}
+	}
+}
+
+// evict sends victim v back to pending in group g: its binding is cleared
+// (on condition that it is still at the version the snapshot read), its
+// Binding object deleted, and its requests given back to the machine.
+func evict(g *clientlib.Group, v *Running, p Placement, modes Modes) {
+	pending := proto.Clone(v.Task).(*troupev1.Task)
+	pending.Binding = nil
+	pending.Status = &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_PENDING, Reason: "preempted by " + p.Task.Key}
+	clientlib.PutObject(g, clientlib.Tasks, pending)
+	spec := v.Task.GetSpec()
+	g.Delete(clientlib.Bindings.Prefix + p.Machine.Name + "/" + clientlib.TaskRef(v.Task.GetMetadata().GetNamespace(), spec.GetJob(), spec.GetIndex()))
+	take(g, p.Machine, v.Requests, -1, modes)
+}
+
 // Result is what committing a plan did.
 type Result struct {
 	Committed []Placement
@@ -62,7 +91,8 @@ type Conflicted struct {
 // the version the scheduler read), its Binding object is created for the
 // machine's agent, and the machine's counters take the task's requests
 // (Fine: adds bounded by capacity; Coarse: on condition that the counters
-// are unchanged since the snapshot). Conflicts are results, for the
+// are unchanged since the snapshot). A preemption's victims go back to
+// pending in the same group, so eviction and placement commit together. Conflicts are results, for the
 // caller to refresh and retry; an error means the request failed.
 func CommitPlan(ctx context.Context, s clientlib.Store, plan *Plan, modes Modes, scheduler string, now time.Time) (*Result, error) {
 	if len(plan.Placements) == 0 {
@@ -83,14 +113,10 @@ func CommitPlan(ctx context.Context, s clientlib.Store, plan *Plan, modes Modes,
 			Metadata: &troupev1.ObjectMeta{Name: ref}, Machine: p.Machine.Name, Scheduler: scheduler,
 			BoundAt: bound.Binding.BoundAt, Task: bound.GetSpec(),
 		})
-		for r, v := range p.Task.Requests {
-			key := AllocKey(p.Machine.Name, r)
-			if modes.Conflict == Coarse {
-				g.Require(key, p.Machine.AllocVersions[r]).Add(key, v, math.MinInt64, math.MaxInt64)
-			} else {
-				g.Add(key, v, 0, p.Machine.Capacity[r])
-			}
+		for _, v := range p.Victims {
+			evict(g, v, p, modes)
 		}
+		take(g, p.Machine, p.Task.Requests, 1, modes)
 	}
 	out, err := tx.Commit(ctx)
 	if err != nil {

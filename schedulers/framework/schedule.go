@@ -23,6 +23,9 @@ type Profile struct {
 	// Rand orders the machines examined; a decision is a function of the
 	// snapshot, the tasks and Rand's state.
 	Rand *rand.Rand
+	// Preempt lets a task that fits nowhere evict lower-priority tasks
+	// (see CanPreempt); machines need Running filled in.
+	Preempt bool
 }
 
 // Placement is one task put on one machine.
@@ -30,6 +33,8 @@ type Placement struct {
 	Task    *Task
 	Machine *Machine // as in the snapshot (before this plan)
 	Score   int64
+	// Victims are the tasks evicted to make room (preemption).
+	Victims []*Running
 }
 
 // Failure is a task the plan could not place, and why.
@@ -53,7 +58,7 @@ type Plan struct {
 // the snapshot. Tasks with the same requirements form an equivalence
 // class whose static filter results are computed once per machine.
 func Schedule(p Profile, snap *Snapshot, tasks []*Task) *Plan {
-	s := &scheduling{p: p, snap: snap, assumed: map[string]*Machine{}, static: map[string]map[string]*Status{}}
+	s := &scheduling{p: p, snap: snap, assumed: map[string]*Machine{}, evicted: map[string]bool{}, static: map[string]map[string]*Status{}}
 	if p.Rand == nil {
 		s.p.Rand = rand.New(rand.NewPCG(1, 2))
 	}
@@ -61,11 +66,16 @@ func Schedule(p Profile, snap *Snapshot, tasks []*Task) *Plan {
 	plan := &Plan{}
 	for _, t := range tasks {
 		m, score, st := s.place(t)
+		var victims []*Running
+		if m == nil && st.Code == Unschedulable && p.Preempt {
+			m, victims = s.preempt(t)
+		}
 		if m == nil {
 			plan.Failures = append(plan.Failures, Failure{Task: t, Status: st})
 			continue
 		}
-		plan.Placements = append(plan.Placements, Placement{Task: t, Machine: m, Score: score})
+		plan.Placements = append(plan.Placements, Placement{Task: t, Machine: m, Score: score, Victims: victims})
+		s.evict(m, victims)
 		s.assume(t, m)
 	}
 	plan.Examined, plan.StaticHits = s.examined, s.staticHits
@@ -78,6 +88,7 @@ type scheduling struct {
 	order   []int               // machine indexes in the order examined
 	next    int                 // where the next task starts in order
 	assumed map[string]*Machine // machines changed by this plan so far
+	evicted map[string]bool     // victims of this plan's preemptions
 	static  map[string]map[string]*Status
 
 	examined, staticHits int

@@ -62,6 +62,29 @@ type Machine struct {
 	JobTasks      map[string]int
 	// Unschedulable machines (cordoned, lost) get no new tasks.
 	Unschedulable bool
+	// Running are the tasks bound to the machine; the scheduler fills it
+	// when its profile may preempt.
+	Running []*Running
+}
+
+// Running is a task bound to a machine, as preemption sees it.
+type Running struct {
+	Key      string
+	Task     *troupev1.Task // at the version the snapshot read
+	Job      string
+	Priority int32
+	Requests map[string]int64
+}
+
+// ProductionPriority starts the production band: tasks at or above it
+// never preempt one another.
+const ProductionPriority = 100
+
+// CanPreempt reports whether a task of priority p may evict a task of
+// priority victim: only a lower priority, and never production by
+// production.
+func CanPreempt(p, victim int32) bool {
+	return victim < p && !(victim >= ProductionPriority && p >= ProductionPriority)
 }
 
 // Free returns how much of resource r is left.

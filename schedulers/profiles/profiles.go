@@ -46,7 +46,9 @@ func New(kind string, rng *rand.Rand) (framework.Profile, framework.Modes, error
 	if err != nil {
 		return framework.Profile{}, framework.Modes{}, err
 	}
-	p := framework.Profile{Filters: fs, Rand: rng}
+	// Every profile may preempt lower-priority tasks (never production by
+	// production: framework.CanPreempt).
+	p := framework.Profile{Filters: fs, Rand: rng, Preempt: true}
 	switch kind {
 	case Batch:
 		// First fit among a few sampled feasible machines: cheap, and

@@ -126,6 +126,16 @@ func (s *Scheduler) snapshot(job string) *framework.Snapshot {
 		if n := jobTasks[name]; n > 0 {
 			fm.JobTasks = map[string]int{job: n}
 		}
+		if s.cfg.Profile.Preempt {
+			for _, t := range s.tasks.Indexer().ByIndex(clientlib.IndexMachine, name) {
+				key, err := clientlib.Tasks.Key(t)
+				if err != nil {
+					continue
+				}
+				ft := framework.NewTask(key, t)
+				fm.Running = append(fm.Running, &framework.Running{Key: key, Task: t, Job: ft.Job, Priority: ft.Priority, Requests: ft.Requests})
+			}
+		}
 		for _, c := range s.counters.Indexer().ByIndex(clientlib.IndexMachine, name) {
 			r := strings.TrimPrefix(c.GetMetadata().GetName(), framework.AllocKey(name, ""))
 			fm.Allocated[r], fm.AllocVersions[r] = c.GetValue(), c.GetMetadata().GetVersion()

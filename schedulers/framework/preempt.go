@@ -1,0 +1,90 @@
+package framework
+
+import (
+	"maps"
+	"slices"
+)
+
+// preempt finds, for a task that fits nowhere, the machine where evicting
+// the fewest lower-priority tasks makes it fit (ties: the lowest highest
+// victim priority, then the first found). Victims are taken lowest
+// priority first. Every filter is run again on the machine as it would be
+// without the victims.
+func (s *scheduling) preempt(t *Task) (*Machine, []*Running) {
+	var (
+		best        *Machine
+		bestVictims []*Running
+	)
+	for i := range s.snap.Machines {
+		m := s.view(i)
+		victims := s.victims(t, m)
+		if victims == nil {
+			continue
+		}
+		if best == nil || len(victims) < len(bestVictims) ||
+			(len(victims) == len(bestVictims) && maxPriority(victims) < maxPriority(bestVictims)) {
+			best, bestVictims = s.snap.Machines[i], victims
+		}
+	}
+	return best, bestVictims
+}
+
+// victims returns the smallest prefix, by priority, of m's preemptible
+// tasks whose eviction lets t pass every filter on m; nil if none does.
+func (s *scheduling) victims(t *Task, m *Machine) []*Running {
+	var candidates []*Running
+	for _, r := range m.Running {
+		if CanPreempt(t.Priority, r.Priority) && !s.evicted[r.Key] {
+			candidates = append(candidates, r)
+		}
+	}
+	if len(candidates) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(candidates, func(a, b *Running) int { return int(a.Priority - b.Priority) })
+	for n := 1; n <= len(candidates); n++ {
+		if s.filter(classKey(t), t, without(m, candidates[:n])).IsSuccess() {
+			return candidates[:n]
+		}
+	}
+	return nil
+}
+
+// without returns m as it would be with victims gone.
+func without(m *Machine, victims []*Running) *Machine {
+	c := *m
+	c.Allocated, c.JobTasks = map[string]int64{}, map[string]int{}
+	maps.Copy(c.Allocated, m.Allocated)
+	maps.Copy(c.JobTasks, m.JobTasks)
+	for _, v := range victims {
+		for r, q := range v.Requests {
+			c.Allocated[r] -= q
+		}
+		if c.JobTasks[v.Job] > 0 {
+			c.JobTasks[v.Job]--
+		}
+	}
+	return &c
+}
+
+// evict removes victims from m in the plan's overlay.
+func (s *scheduling) evict(m *Machine, victims []*Running) {
+	if len(victims) == 0 {
+		return
+	}
+	idx := slices.IndexFunc(s.snap.Machines, func(x *Machine) bool { return x == m })
+	s.assumed[m.Name] = without(s.view(idx), victims)
+	for _, v := range victims {
+		s.evicted[v.Key] = true
+	}
+}
+
+func maxPriority(rs []*Running) int32 {
+	var p int32
+	for i, r := range rs {
+		if i == 0 || r.Priority > p {
+			p = r.Priority
+		}
+	}
+	return p
+}
