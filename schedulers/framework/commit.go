@@ -43,15 +43,12 @@ type Modes struct {
 	Txn      TxnMode
 }
 
-// AllocKey is the key of machine m's counter of resource r.
-func AllocKey(machine, resource string) string { return "/alloc/" + machine + "/" + resource }
-
 // take adds sign×requests to machine m's counters in group g: bounded by
 // capacity in Fine mode, on condition of the snapshot's versions in
 // Coarse mode.
 func take(g *clientlib.Group, m *Machine, requests map[string]int64, sign int64, modes Modes) {
 	for _, r := range slices.Sorted(maps.Keys(requests)) {
-		key := AllocKey(m.Name, r)
+		key := clientlib.AllocKey(m.Name, r)
 		if modes.Conflict == Coarse {
 			g.Require(key, m.AllocVersions[r]).Add(key, sign*requests[r], math.MinInt64, math.MaxInt64)
 		} else {
@@ -68,8 +65,7 @@ func evict(g *clientlib.Group, v *Running, p Placement, modes Modes) {
 	pending.Binding = nil
 	pending.Status = &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_PENDING, Reason: "preempted by " + p.Task.Key}
 	clientlib.PutObject(g, clientlib.Tasks, pending)
-	spec := v.Task.GetSpec()
-	g.Delete(clientlib.Bindings.Prefix + p.Machine.Name + "/" + clientlib.TaskRef(v.Task.GetMetadata().GetNamespace(), spec.GetJob(), spec.GetIndex()))
+	g.Delete(clientlib.BindingKey(v.Task))
 	take(g, p.Machine, v.Requests, -1, modes)
 }
 

@@ -48,7 +48,7 @@ func (h *harness) pending(job string, n int, cpu int64) []*framework.Task {
 // snapshot reads machine m1 of capacity cpu, with its counter.
 func (h *harness) snapshot(cpu int64) *framework.Snapshot {
 	m := &framework.Machine{Name: "m1", Capacity: map[string]int64{"cpu": cpu}, Allocated: map[string]int64{}, AllocVersions: map[string]uint64{}}
-	if kv, err := h.store.Get(h.ctx, framework.AllocKey("m1", "cpu")); err != nil {
+	if kv, err := h.store.Get(h.ctx, clientlib.AllocKey("m1", "cpu")); err != nil {
 		h.t.Fatal(err)
 	} else if kv != nil {
 		var v int64

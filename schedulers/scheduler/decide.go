@@ -137,7 +137,7 @@ func (s *Scheduler) snapshot(job string) *framework.Snapshot {
 			}
 		}
 		for _, c := range s.counters.Indexer().ByIndex(clientlib.IndexMachine, name) {
-			r := strings.TrimPrefix(c.GetMetadata().GetName(), framework.AllocKey(name, ""))
+			r := strings.TrimPrefix(c.GetMetadata().GetName(), clientlib.AllocKey(name, ""))
 			fm.Allocated[r], fm.AllocVersions[r] = c.GetValue(), c.GetMetadata().GetVersion()
 		}
 		snap.Machines = append(snap.Machines, fm)

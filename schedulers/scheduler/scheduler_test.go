@@ -17,7 +17,6 @@ import (
 	"github.com/troupe-cluster/troupe/cellstore/localcell"
 	"github.com/troupe-cluster/troupe/clientlib"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
-	"github.com/troupe-cluster/troupe/schedulers/framework"
 	"github.com/troupe-cluster/troupe/schedulers/profiles"
 	"github.com/troupe-cluster/troupe/schedulers/scheduler"
 )
@@ -121,7 +120,7 @@ func TestCompetingBatchSchedulers(t *testing.T) {
 	}
 	for i := range machines {
 		m := fmt.Sprintf("m%02d", i)
-		kv, err := admin.Get(ctx, framework.AllocKey(m, "cpu"))
+		kv, err := admin.Get(ctx, clientlib.AllocKey(m, "cpu"))
 		if err != nil {
 			t.Fatal(err)
 		}
