@@ -37,7 +37,7 @@ const (
 )
 
 // TaskIndexes index tasks by job, by machine (bound ones) and, for
-// unbound ones, by scheduler.
+// pending ones, by scheduler.
 func TaskIndexes() map[string]cache.IndexFunc[*troupev1.Task] {
 	return map[string]cache.IndexFunc[*troupev1.Task]{
 		IndexJob: func(t *troupev1.Task) []string {
@@ -45,7 +45,7 @@ func TaskIndexes() map[string]cache.IndexFunc[*troupev1.Task] {
 		},
 		IndexMachine: func(t *troupev1.Task) []string { return nonEmpty(t.GetBinding().GetMachine()) },
 		IndexScheduler: func(t *troupev1.Task) []string {
-			if t.GetBinding().GetMachine() != "" {
+			if !Pending(t) {
 				return nil
 			}
 			return []string{t.GetSpec().GetScheduler()}
@@ -58,6 +58,19 @@ func BindingIndexes() map[string]cache.IndexFunc[*troupev1.Binding] {
 	return map[string]cache.IndexFunc[*troupev1.Binding]{
 		IndexMachine: func(b *troupev1.Binding) []string { return nonEmpty(b.GetMachine()) },
 	}
+}
+
+// Pending reports whether t waits for a scheduler: not bound, and not in
+// a final phase (a finished task is unbound too).
+func Pending(t *troupev1.Task) bool {
+	if t.GetBinding().GetMachine() != "" {
+		return false
+	}
+	switch t.GetStatus().GetPhase() {
+	case troupev1.TaskPhase_TASK_PHASE_UNSPECIFIED, troupev1.TaskPhase_TASK_PHASE_PENDING, troupev1.TaskPhase_TASK_PHASE_PREEMPTED:
+		return true
+	}
+	return false
 }
 
 func nonEmpty(s string) []string {

@@ -83,7 +83,7 @@ func (s *Scheduler) pendingTasks(job string) []*framework.Task {
 	defer s.mu.Unlock()
 	for _, t := range s.tasks.Indexer().ByIndex(clientlib.IndexJob, job) {
 		key, err := clientlib.Tasks.Key(t)
-		if err != nil || !pending(t) || !s.serves(t) {
+		if err != nil || !clientlib.Pending(t) || !s.serves(t) {
 			continue
 		}
 		if v, ok := s.assumed[key]; ok {

@@ -173,12 +173,8 @@ func jobOf(t *troupev1.Task) string {
 	return t.GetMetadata().GetNamespace() + "/" + t.GetSpec().GetJob()
 }
 
-func pending(t *troupev1.Task) bool {
-	return t.GetBinding().GetMachine() == "" && t.GetStatus().GetPhase() != troupev1.TaskPhase_TASK_PHASE_STOPPED
-}
-
 func (s *Scheduler) taskChanged(t *troupev1.Task) {
-	if pending(t) && s.serves(t) {
+	if clientlib.Pending(t) && s.serves(t) {
 		s.queue.Add(jobOf(t))
 	}
 }

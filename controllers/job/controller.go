@@ -1,0 +1,352 @@
+// Package job is the job controller: it closes the gap between what a Job
+// asks for and the tasks that exist.
+//
+//   - It creates a job's tasks (one per index below spec.count), pending
+//     for the job's scheduler.
+//   - It follows each bound task's Run (written by the machine's agent):
+//     a running task is marked RUNNING; a finished one is unbound (its
+//     Binding deleted, its machine's counters given back) and marked
+//     SUCCEEDED or FAILED.
+//   - Failed tasks are replaced (the same index, attempt+1, after
+//     spec.retry_backoff): batch jobs up to spec.max_retries, service jobs
+//     always; a service job keeps spec.count replicas, stopping the tasks
+//     above it.
+//   - A stopped job's tasks are unbound and marked STOPPED.
+//   - The job's status counts its tasks; a batch job succeeds when every
+//     task has, and fails when a task fails with no retries left.
+//
+// Each change is its own small transaction with version conditions; a
+// conflict requeues the job.
+package job
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/troupe-cluster/troupe/clientlib"
+	"github.com/troupe-cluster/troupe/clientlib/cache"
+	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
+)
+
+// Config configures the controller.
+type Config struct {
+	Now    func() time.Time
+	Logger *zap.Logger
+	// Queue sets the retry backoff of jobs whose sync failed.
+	Queue cache.QueueConfig
+}
+
+// Controller is a running job controller.
+type Controller struct {
+	cfg   Config
+	c     *clientlib.Client
+	jobs  *cache.Informer[*troupev1.Job]
+	tasks *cache.Informer[*troupev1.Task]
+	runs  *cache.Informer[*troupev1.Run]
+	queue *cache.WorkQueue
+}
+
+// New returns a job controller over client c.
+func New(c *clientlib.Client, cfg Config) (*Controller, error) {
+	if cfg.Now == nil || cfg.Logger == nil {
+		return nil, errors.New("job controller: Now and Logger are required")
+	}
+	ctl := &Controller{cfg: cfg, c: c, queue: cache.NewWorkQueue(cfg.Queue)}
+	ctl.jobs = clientlib.NewInformer(c, clientlib.Jobs, "", nil)
+	ctl.tasks = clientlib.NewInformer(c, clientlib.Tasks, "", clientlib.TaskIndexes())
+	ctl.runs = clientlib.NewInformer(c, clientlib.Runs, "", nil)
+	ctl.jobs.AddHandler(cache.Handler[*troupev1.Job]{
+		OnAdd:    func(k string, _ *troupev1.Job) { ctl.queue.Add(jobFromKey(k, clientlib.Jobs.Prefix)) },
+		OnUpdate: func(k string, _, _ *troupev1.Job) { ctl.queue.Add(jobFromKey(k, clientlib.Jobs.Prefix)) },
+		OnDelete: func(k string, _ *troupev1.Job) { ctl.queue.Add(jobFromKey(k, clientlib.Jobs.Prefix)) },
+	})
+	taskJob := func(t *troupev1.Task) { ctl.queue.Add(t.GetMetadata().GetNamespace() + "/" + t.GetSpec().GetJob()) }
+	ctl.tasks.AddHandler(cache.Handler[*troupev1.Task]{
+		OnAdd: func(_ string, t *troupev1.Task) { taskJob(t) }, OnUpdate: func(_ string, _, t *troupev1.Task) { taskJob(t) },
+		OnDelete: func(_ string, t *troupev1.Task) { taskJob(t) },
+	})
+	runJob := func(r *troupev1.Run) {
+		if ns, rest, ok := strings.Cut(r.GetMetadata().GetName(), "/"); ok {
+			if job, _, ok := strings.Cut(rest, "/"); ok {
+				ctl.queue.Add(ns + "/" + job)
+			}
+		}
+	}
+	ctl.runs.AddHandler(cache.Handler[*troupev1.Run]{
+		OnAdd: func(_ string, r *troupev1.Run) { runJob(r) }, OnUpdate: func(_ string, _, r *troupev1.Run) { runJob(r) },
+	})
+	return ctl, nil
+}
+
+// jobFromKey turns "/jobs/<ns>/<job>" into "<ns>/<job>".
+func jobFromKey(key, prefix string) string { return strings.TrimPrefix(key, prefix) }
+
+// Run reconciles jobs until ctx ends.
+func (ctl *Controller) Run(ctx context.Context) error {
+	for _, inf := range []interface {
+		Run(context.Context) error
+		WaitForSync(context.Context) error
+	}{ctl.jobs, ctl.tasks, ctl.runs} {
+		go inf.Run(ctx)
+		if err := inf.WaitForSync(ctx); err != nil {
+			return err
+		}
+	}
+	go func() {
+		<-ctx.Done()
+		ctl.queue.ShutDown()
+	}()
+	for {
+		job, shutdown := ctl.queue.Get()
+		if shutdown {
+			return ctx.Err()
+		}
+		retryIn, err := ctl.sync(ctx, job)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			ctl.cfg.Logger.Info("job sync failed; retrying", zap.String("job", job), zap.Error(err))
+			ctl.queue.AddRateLimited(job)
+		case retryIn > 0:
+			ctl.queue.Forget(job)
+			ctl.queue.AddAfter(job, retryIn)
+		default:
+			ctl.queue.Forget(job)
+		}
+		ctl.queue.Done(job)
+	}
+}
+
+// write commits one transaction and turns conflicts into errors (the job
+// is requeued and synced again from fresh caches).
+func (ctl *Controller) write(ctx context.Context, tx *clientlib.Txn) error {
+	out, err := tx.Commit(ctx)
+	if err != nil {
+		return err
+	}
+	return out.Err()
+}
+
+// sync reconciles one job; a positive duration asks to be called again
+// then (a retry backoff is running).
+func (ctl *Controller) sync(ctx context.Context, jobName string) (time.Duration, error) {
+	job, ok := ctl.jobs.Indexer().Get(clientlib.Jobs.Prefix + jobName)
+	tasks := map[int32]*troupev1.Task{}
+	for _, t := range ctl.tasks.Indexer().ByIndex(clientlib.IndexJob, jobName) {
+		tasks[t.GetSpec().GetIndex()] = t
+	}
+	if !ok {
+		// The job is gone: its tasks go too.
+		for _, t := range tasks {
+			tx := clientlib.NewTxn(ctl.c)
+			g := tx.Group()
+			clientlib.Unbind(g, t)
+			clientlib.DeleteObject(g, clientlib.Tasks, t)
+			if err := ctl.write(ctx, tx); err != nil {
+				return 0, err
+			}
+		}
+		return 0, nil
+	}
+	now := ctl.cfg.Now()
+	var retryIn time.Duration
+	for _, t := range tasks {
+		if err := ctl.observe(ctx, t); err != nil {
+			return 0, err
+		}
+	}
+	// Re-read after observing: the tasks changed.
+	for i := range tasks {
+		if t, ok := ctl.tasks.Indexer().Get(taskKey(jobName, i)); ok {
+			tasks[i] = t
+		}
+	}
+	spec := job.GetSpec()
+	status := &troupev1.JobStatus{}
+	exhausted := false
+	for i := int32(0); i < spec.GetCount() || int(i) < len(tasks); i++ {
+		t, exists := tasks[i]
+		switch {
+		case spec.GetStopped() || i >= spec.GetCount():
+			if exists && !finished(t) {
+				if err := ctl.finish(ctx, t, troupev1.TaskPhase_TASK_PHASE_STOPPED, "job stopped or scaled down"); err != nil {
+					return 0, err
+				}
+			}
+			continue
+		case !exists:
+			if err := ctl.create(ctx, job, i, 0, now); err != nil {
+				return 0, err
+			}
+			status.Pending++
+			continue
+		}
+		phase := t.GetStatus().GetPhase()
+		retry := phase == troupev1.TaskPhase_TASK_PHASE_FAILED || phase == troupev1.TaskPhase_TASK_PHASE_LOST ||
+			(phase == troupev1.TaskPhase_TASK_PHASE_SUCCEEDED && spec.GetType() == troupev1.JobType_JOB_TYPE_SERVICE)
+		if retry && spec.GetType() == troupev1.JobType_JOB_TYPE_BATCH && t.GetSpec().GetAttempt() >= spec.GetMaxRetries() {
+			exhausted = true
+			retry = false
+		}
+		if retry {
+			wait := spec.GetRetryBackoff().AsDuration() - now.Sub(t.GetStatus().GetFinished().AsTime())
+			if t.GetStatus().GetFinished() == nil || wait <= 0 {
+				if err := ctl.replace(ctx, job, t, now); err != nil {
+					return 0, err
+				}
+				status.Retries++
+				status.Pending++
+				continue
+			}
+			if retryIn == 0 || wait < retryIn {
+				retryIn = wait
+			}
+		}
+		count(status, phase)
+	}
+	return retryIn, ctl.setStatus(ctx, job, status, exhausted, now)
+}
+
+func taskKey(job string, i int32) string {
+	return fmt.Sprintf("%s%s/%d", clientlib.Tasks.Prefix, job, i)
+}
+
+func finished(t *troupev1.Task) bool {
+	switch t.GetStatus().GetPhase() {
+	case troupev1.TaskPhase_TASK_PHASE_SUCCEEDED, troupev1.TaskPhase_TASK_PHASE_FAILED,
+		troupev1.TaskPhase_TASK_PHASE_STOPPED, troupev1.TaskPhase_TASK_PHASE_LOST:
+		return true
+	}
+	return false
+}
+
+func count(s *troupev1.JobStatus, phase troupev1.TaskPhase) {
+	switch phase {
+	case troupev1.TaskPhase_TASK_PHASE_RUNNING:
+		s.Running++
+	case troupev1.TaskPhase_TASK_PHASE_SUCCEEDED:
+		s.Succeeded++
+	case troupev1.TaskPhase_TASK_PHASE_FAILED, troupev1.TaskPhase_TASK_PHASE_LOST:
+		s.Failed++
+	case troupev1.TaskPhase_TASK_PHASE_STOPPED:
+	default:
+		s.Pending++
+	}
+}
+
+// observe brings a bound task's phase in line with its Run.
+func (ctl *Controller) observe(ctx context.Context, t *troupev1.Task) error {
+	m := t.GetBinding().GetMachine()
+	if m == "" {
+		return nil
+	}
+	ref := clientlib.TaskRef(t.GetMetadata().GetNamespace(), t.GetSpec().GetJob(), t.GetSpec().GetIndex())
+	run, ok := ctl.runs.Indexer().Get(clientlib.Runs.Prefix + m + "/" + ref)
+	if !ok || run.GetAttempt() != t.GetSpec().GetAttempt() {
+		return nil // not started yet, or a run of an earlier attempt
+	}
+	switch run.GetPhase() {
+	case troupev1.RunPhase_RUN_PHASE_RUNNING:
+		if t.GetStatus().GetPhase() == troupev1.TaskPhase_TASK_PHASE_RUNNING {
+			return nil
+		}
+		u := proto.Clone(t).(*troupev1.Task)
+		u.Status = &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_RUNNING}
+		tx := clientlib.NewTxn(ctl.c)
+		clientlib.PutObject(tx.Group(), clientlib.Tasks, u)
+		return ctl.write(ctx, tx)
+	case troupev1.RunPhase_RUN_PHASE_SUCCEEDED:
+		return ctl.finishRun(ctx, t, run, troupev1.TaskPhase_TASK_PHASE_SUCCEEDED)
+	case troupev1.RunPhase_RUN_PHASE_FAILED, troupev1.RunPhase_RUN_PHASE_KILLED:
+		return ctl.finishRun(ctx, t, run, troupev1.TaskPhase_TASK_PHASE_FAILED)
+	}
+	return nil
+}
+
+func (ctl *Controller) finishRun(ctx context.Context, t *troupev1.Task, run *troupev1.Run, phase troupev1.TaskPhase) error {
+	return ctl.finishStatus(ctx, t, &troupev1.TaskStatus{Phase: phase, ExitCode: run.GetExitCode(), Reason: run.GetReason(),
+		Finished: run.GetFinished()})
+}
+
+// finish unbinds t (if bound) and gives it a final phase.
+func (ctl *Controller) finish(ctx context.Context, t *troupev1.Task, phase troupev1.TaskPhase, reason string) error {
+	return ctl.finishStatus(ctx, t, &troupev1.TaskStatus{Phase: phase, Reason: reason, Finished: timestamppb.New(ctl.cfg.Now())})
+}
+
+func (ctl *Controller) finishStatus(ctx context.Context, t *troupev1.Task, st *troupev1.TaskStatus) error {
+	tx := clientlib.NewTxn(ctl.c)
+	g := tx.Group()
+	u := clientlib.Unbind(g, t)
+	u.Status = st
+	clientlib.PutObject(g, clientlib.Tasks, u)
+	return ctl.write(ctx, tx)
+}
+
+// create makes task i of job, pending for the job's scheduler.
+func (ctl *Controller) create(ctx context.Context, job *troupev1.Job, i, attempt int32, now time.Time) error {
+	spec := job.GetSpec()
+	t := &troupev1.Task{
+		Metadata: &troupev1.ObjectMeta{Name: clientlib.TaskName(job.GetMetadata().GetName(), i), Namespace: job.GetMetadata().GetNamespace(),
+			Labels: job.GetMetadata().GetLabels()},
+		Spec: &troupev1.TaskSpec{Job: job.GetMetadata().GetName(), Index: i, Template: spec.GetTemplate(), Type: spec.GetType(),
+			Priority: spec.GetPriority(), Scheduler: spec.GetScheduler(), Constraints: spec.GetConstraints(),
+			Tolerations: spec.GetTolerations(), GangMin: spec.GetGangMin(), Attempt: attempt, Submitted: timestamppb.New(now)},
+		Status: &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_PENDING},
+	}
+	tx := clientlib.NewTxn(ctl.c)
+	clientlib.PutObject(tx.Group(), clientlib.Tasks, t)
+	return ctl.write(ctx, tx)
+}
+
+// replace turns failed task t into its next attempt, pending again.
+func (ctl *Controller) replace(ctx context.Context, job *troupev1.Job, t *troupev1.Task, now time.Time) error {
+	tx := clientlib.NewTxn(ctl.c)
+	g := tx.Group()
+	u := clientlib.Unbind(g, t)
+	u.Spec.Attempt++
+	u.Spec.Submitted = timestamppb.New(now)
+	u.Spec.Template = job.GetSpec().GetTemplate()
+	u.Status = &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_PENDING, Reason: fmt.Sprintf("attempt %d after: %s", u.Spec.Attempt, t.GetStatus().GetReason())}
+	clientlib.PutObject(g, clientlib.Tasks, u)
+	return ctl.write(ctx, tx)
+}
+
+// setStatus writes the job's status if it changed.
+func (ctl *Controller) setStatus(ctx context.Context, job *troupev1.Job, st *troupev1.JobStatus, exhausted bool, now time.Time) error {
+	spec := job.GetSpec()
+	switch {
+	case spec.GetStopped():
+		st.Phase = troupev1.JobPhase_JOB_PHASE_STOPPED
+	case exhausted:
+		st.Phase = troupev1.JobPhase_JOB_PHASE_FAILED
+		st.Message = "a task failed with no retries left"
+	case spec.GetType() == troupev1.JobType_JOB_TYPE_BATCH && st.Succeeded == spec.GetCount():
+		st.Phase = troupev1.JobPhase_JOB_PHASE_SUCCEEDED
+	case st.Running > 0 || st.Succeeded > 0:
+		st.Phase = troupev1.JobPhase_JOB_PHASE_RUNNING
+	default:
+		st.Phase = troupev1.JobPhase_JOB_PHASE_PENDING
+	}
+	old := job.GetStatus()
+	st.Retries += old.GetRetries()
+	final := st.Phase == troupev1.JobPhase_JOB_PHASE_SUCCEEDED || st.Phase == troupev1.JobPhase_JOB_PHASE_FAILED
+	if final {
+		st.Finished = old.GetFinished()
+		if st.Finished == nil {
+			st.Finished = timestamppb.New(now)
+		}
+	}
+	if proto.Equal(old, st) {
+		return nil
+	}
+	u := proto.Clone(job).(*troupev1.Job)
+	u.Status = st
+	_, err := clientlib.Update(ctx, ctl.c, clientlib.Jobs, u)
+	return err
+}

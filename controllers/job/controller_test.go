@@ -1,0 +1,221 @@
+package job_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/troupe-cluster/troupe/cellstore/localcell"
+	"github.com/troupe-cluster/troupe/clientlib"
+	"github.com/troupe-cluster/troupe/clientlib/cache"
+	"github.com/troupe-cluster/troupe/controllers/job"
+	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
+	"github.com/troupe-cluster/troupe/schedulers/profiles"
+	"github.com/troupe-cluster/troupe/schedulers/scheduler"
+)
+
+// cell runs a one-node store, a batch and a service scheduler, the job
+// controller, and two machines.
+type cell struct {
+	t   *testing.T
+	ctx context.Context
+	c   *clientlib.Client
+}
+
+func startCell(t *testing.T) *cell {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	lc, err := localcell.Start(ctx, localcell.Config{Dir: t.TempDir(), Replicas: 1, Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lc.Close() })
+	newClient := func() *clientlib.Client {
+		c, err := clientlib.New(clientlib.DefaultConfig(lc.Endpoints()...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	c := newClient()
+	for i := range 2 {
+		if _, err := clientlib.Create(ctx, c, clientlib.Machines, &troupev1.Machine{Metadata: &troupev1.ObjectMeta{Name: fmt.Sprintf("m%d", i)},
+			Spec: &troupev1.MachineSpec{Capacity: map[string]int64{"cpu": 4000, "memory": 1 << 30}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, kind := range []string{profiles.Batch, profiles.Service} {
+		prof, modes, err := profiles.New(kind, rand.New(rand.NewPCG(1, 1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := scheduler.New(newClient(), scheduler.Config{Name: kind + "-0", Kind: kind, Profile: prof, Modes: modes,
+			MaxAttempts: 3, Backoff: 50 * time.Millisecond, Now: time.Now, Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go s.Run(ctx)
+	}
+	ctl, err := job.New(newClient(), job.Config{Now: time.Now, Logger: zap.NewNop(), Queue: cache.QueueConfig{BaseDelay: 5 * time.Millisecond, MaxDelay: 100 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ctl.Run(ctx)
+	return &cell{t: t, ctx: ctx, c: c}
+}
+
+// until polls cond until it holds.
+func (c *cell) until(what string, cond func() (bool, string)) {
+	c.t.Helper()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ok, last := cond()
+		if ok {
+			return
+		}
+		select {
+		case <-c.ctx.Done():
+			c.t.Fatalf("%s: %s", what, last)
+		case <-tick.C:
+		}
+	}
+}
+
+func (c *cell) tasks(job string) []*troupev1.Task {
+	ts, _, err := clientlib.List(c.ctx, c.c, clientlib.Tasks, "ns/"+job+"/")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return ts
+}
+
+// agent plays the machines' agents: it reports a run of phase for every
+// bound task of job whose attempt satisfies exit.
+func (c *cell) agent(job string, phase func(t *troupev1.Task) troupev1.RunPhase) {
+	for _, t := range c.tasks(job) {
+		m := t.GetBinding().GetMachine()
+		if m == "" {
+			continue
+		}
+		run := &troupev1.Run{Metadata: &troupev1.ObjectMeta{Name: clientlib.TaskRef("ns", job, t.GetSpec().GetIndex())}, Machine: m,
+			Phase: phase(t), Attempt: t.GetSpec().GetAttempt(), Finished: timestamppb.Now()}
+		old, err := clientlib.Get(c.ctx, c.c, clientlib.Runs, clientlib.Runs.Prefix+m+"/"+run.GetMetadata().GetName())
+		if err == nil {
+			run.Metadata = old.GetMetadata()
+			_, err = clientlib.Update(c.ctx, c.c, clientlib.Runs, run)
+		} else {
+			_, err = clientlib.Create(c.ctx, c.c, clientlib.Runs, run)
+		}
+		if err != nil {
+			c.t.Fatal(err)
+		}
+	}
+}
+
+func (c *cell) job(name string) *troupev1.Job {
+	j, err := clientlib.Get(c.ctx, c.c, clientlib.Jobs, "/jobs/ns/"+name)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return j
+}
+
+func (c *cell) counter(m string) string {
+	kv, _ := c.c.Get(c.ctx, clientlib.AllocKey(m, "cpu"))
+	return string(kv.GetValue())
+}
+
+func newJob(name string, typ troupev1.JobType, count, retries int32) *troupev1.Job {
+	return &troupev1.Job{Metadata: &troupev1.ObjectMeta{Name: name, Namespace: "ns"}, Spec: &troupev1.JobSpec{
+		Type: typ, Count: count, MaxRetries: retries, RetryBackoff: durationpb.New(0),
+		Template: &troupev1.TaskTemplate{Command: "/bin/true", Requests: map[string]int64{"cpu": 1000}}}}
+}
+
+func bound(ts []*troupev1.Task) int {
+	n := 0
+	for _, t := range ts {
+		if t.GetBinding().GetMachine() != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// A batch job's tasks are created, placed, run, and release their
+// machines; the job succeeds.
+func TestBatchJobRunsToCompletion(t *testing.T) {
+	c := startCell(t)
+	if _, err := clientlib.Create(c.ctx, c.c, clientlib.Jobs, newJob("b", troupev1.JobType_JOB_TYPE_BATCH, 3, 0)); err != nil {
+		t.Fatal(err)
+	}
+	c.until("3 tasks bound", func() (bool, string) { ts := c.tasks("b"); return bound(ts) == 3, fmt.Sprint(len(ts), " tasks") })
+	c.agent("b", func(*troupev1.Task) troupev1.RunPhase { return troupev1.RunPhase_RUN_PHASE_SUCCEEDED })
+	c.until("job succeeded", func() (bool, string) {
+		st := c.job("b").GetStatus()
+		return st.GetPhase() == troupev1.JobPhase_JOB_PHASE_SUCCEEDED && st.GetSucceeded() == 3, st.String()
+	})
+	if bound(c.tasks("b")) != 0 || c.counter("m0") != "0" && c.counter("m0") != "" || c.counter("m1") != "0" && c.counter("m1") != "" {
+		t.Fatalf("finished tasks still hold machines: counters %q %q", c.counter("m0"), c.counter("m1"))
+	}
+}
+
+// A failing batch task is retried up to max_retries, then the job fails.
+func TestBatchJobRetriesThenFails(t *testing.T) {
+	c := startCell(t)
+	if _, err := clientlib.Create(c.ctx, c.c, clientlib.Jobs, newJob("f", troupev1.JobType_JOB_TYPE_BATCH, 1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	for attempt := int32(0); attempt <= 1; attempt++ {
+		c.until(fmt.Sprintf("attempt %d bound", attempt), func() (bool, string) {
+			ts := c.tasks("f")
+			return len(ts) == 1 && bound(ts) == 1 && ts[0].GetSpec().GetAttempt() == attempt, fmt.Sprint(ts)
+		})
+		c.agent("f", func(*troupev1.Task) troupev1.RunPhase { return troupev1.RunPhase_RUN_PHASE_FAILED })
+	}
+	c.until("job failed", func() (bool, string) {
+		st := c.job("f").GetStatus()
+		return st.GetPhase() == troupev1.JobPhase_JOB_PHASE_FAILED && st.GetRetries() == 1, st.String()
+	})
+}
+
+// A service keeps its replicas: a failed replica is replaced, and
+// scaling down stops the extra one.
+func TestServiceKeepsReplicas(t *testing.T) {
+	c := startCell(t)
+	_, err := clientlib.Create(c.ctx, c.c, clientlib.Jobs, newJob("web", troupev1.JobType_JOB_TYPE_SERVICE, 2, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.until("2 replicas bound", func() (bool, string) { return bound(c.tasks("web")) == 2, "" })
+	c.agent("web", func(t *troupev1.Task) troupev1.RunPhase {
+		if t.GetSpec().GetIndex() == 0 {
+			return troupev1.RunPhase_RUN_PHASE_FAILED
+		}
+		return troupev1.RunPhase_RUN_PHASE_RUNNING
+	})
+	c.until("replica 0 replaced and bound again", func() (bool, string) {
+		ts := c.tasks("web")
+		return len(ts) == 2 && ts[0].GetSpec().GetAttempt() == 1 && bound(ts) == 2, fmt.Sprint(ts)
+	})
+	// Scale down, retrying the read-modify-write if the controller
+	// updated the job's status meanwhile.
+	c.until("job scaled down", func() (bool, string) {
+		job := c.job("web")
+		job.Spec.Count = 1
+		_, err := clientlib.Update(c.ctx, c.c, clientlib.Jobs, job)
+		return err == nil, fmt.Sprint(err)
+	})
+	c.until("replica 1 stopped", func() (bool, string) {
+		ts := c.tasks("web")
+		return ts[1].GetStatus().GetPhase() == troupev1.TaskPhase_TASK_PHASE_STOPPED && ts[1].GetBinding() == nil, ts[1].String()
+	})
+}
