@@ -1,0 +1,125 @@
+package node_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/troupe-cluster/troupe/cellstore/localcell"
+	"github.com/troupe-cluster/troupe/clientlib"
+	"github.com/troupe-cluster/troupe/controllers/node"
+	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
+	"github.com/troupe-cluster/troupe/schedulers/framework"
+)
+
+// A machine whose lease expires is lost and its tasks are released; a
+// renewed lease brings it back.
+func TestLeaseExpiry(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	lc, err := localcell.Start(ctx, localcell.Config{Dir: t.TempDir(), Replicas: 1, Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lc.Close()
+	c, err := clientlib.New(clientlib.DefaultConfig(lc.Endpoints()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
+	var clock atomic.Int64
+	clock.Store(start.UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+
+	machine, err := clientlib.Create(ctx, c, clientlib.Machines, &troupev1.Machine{Metadata: &troupev1.ObjectMeta{Name: "m1"},
+		Spec: &troupev1.MachineSpec{Capacity: map[string]int64{"cpu": 4000, "memory": 1 << 30}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := clientlib.Create(ctx, c, clientlib.Leases, &troupev1.Lease{Metadata: &troupev1.ObjectMeta{Name: "m1"}, Holder: "agent",
+		Renewed: timestamppb.New(start), Duration: durationpb.New(10 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two tasks bound to m1 through the scheduler's commit path.
+	var tasks []*framework.Task
+	for i := range int32(2) {
+		tk, err := clientlib.Create(ctx, c, clientlib.Tasks, &troupev1.Task{Metadata: &troupev1.ObjectMeta{Name: clientlib.TaskName("j", i), Namespace: "ns"},
+			Spec: &troupev1.TaskSpec{Job: "j", Index: i, Template: &troupev1.TaskTemplate{Command: "x", Requests: map[string]int64{"cpu": 1000}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		key, _ := clientlib.Tasks.Key(tk)
+		tasks = append(tasks, framework.NewTask(key, tk))
+	}
+	snap := &framework.Snapshot{Machines: []*framework.Machine{{Name: "m1", Object: machine, Capacity: machine.GetSpec().GetCapacity()}}}
+	if res, err := framework.CommitPlan(ctx, c, framework.Schedule(framework.Profile{}, snap, tasks), framework.Modes{}, "test", start); err != nil || len(res.Committed) != 2 {
+		t.Fatalf("bind: %v %v", res, err)
+	}
+
+	ctl, err := node.New(c, node.Config{Now: now, Interval: time.Hour, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ctl.Run(ctx) // its first check runs at once; later ones are driven below
+
+	phase := func() troupev1.MachinePhase {
+		m, err := clientlib.Get(ctx, c, clientlib.Machines, "/machines/m1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.GetStatus().GetPhase()
+	}
+	until := func(what string, cond func() bool) {
+		t.Helper()
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for !cond() {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("%s: not reached", what)
+			case <-tick.C:
+				ctl.Check(ctx)
+			}
+		}
+	}
+	// Within the lease: nothing happens.
+	clock.Store(start.Add(5 * time.Second).UnixNano())
+	ctl.Check(ctx)
+	if phase() == troupev1.MachinePhase_MACHINE_PHASE_LOST {
+		t.Fatal("machine lost within its lease")
+	}
+	// Past it: lost, tasks released.
+	clock.Store(start.Add(11 * time.Second).UnixNano())
+	until("machine lost and tasks released", func() bool {
+		if phase() != troupev1.MachinePhase_MACHINE_PHASE_LOST {
+			return false
+		}
+		ts, _, _ := clientlib.List(ctx, c, clientlib.Tasks, "")
+		for _, tk := range ts {
+			if tk.GetBinding() != nil || tk.GetStatus().GetPhase() != troupev1.TaskPhase_TASK_PHASE_LOST {
+				return false
+			}
+		}
+		return true
+	})
+	if kv, _ := c.Get(ctx, clientlib.AllocKey("m1", "cpu")); string(kv.GetValue()) != "0" {
+		t.Fatalf("counter %s after release, want 0", kv.GetValue())
+	}
+	if kv, _ := c.Get(ctx, "/bindings/m1/ns/j/0"); kv != nil {
+		t.Fatal("binding of a lost machine kept")
+	}
+	// The agent comes back and renews: ready again.
+	lease.Renewed = timestamppb.New(start.Add(20 * time.Second))
+	if _, err := clientlib.Update(ctx, c, clientlib.Leases, lease); err != nil {
+		t.Fatal(err)
+	}
+	clock.Store(start.Add(21 * time.Second).UnixNano())
+	until("machine ready again", func() bool { return phase() == troupev1.MachinePhase_MACHINE_PHASE_READY })
+}
