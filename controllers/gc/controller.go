@@ -1,0 +1,105 @@
+// Package gc is the garbage collector: it deletes the Runs that no task
+// needs any more — their task is gone, has moved on to a later attempt, or
+// finished — once they have been finished for the retention period, so
+// that `troupe describe` can still show recent outcomes. (Bindings need no
+// collection: a task's Binding is deleted in the transaction that unbinds
+// it.)
+package gc
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/troupe-cluster/troupe/clientlib"
+	"github.com/troupe-cluster/troupe/clientlib/cache"
+	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
+)
+
+// Config configures the collector.
+type Config struct {
+	Now       func() time.Time
+	Retention time.Duration
+	Interval  time.Duration
+	Logger    *zap.Logger
+}
+
+// Collector is a running garbage collector.
+type Collector struct {
+	cfg   Config
+	c     *clientlib.Client
+	runs  *cache.Informer[*troupev1.Run]
+	tasks *cache.Informer[*troupev1.Task]
+}
+
+// New returns a collector over client c.
+func New(c *clientlib.Client, cfg Config) (*Collector, error) {
+	if cfg.Now == nil || cfg.Logger == nil || cfg.Retention < 0 || cfg.Interval <= 0 {
+		return nil, errors.New("gc: Now, Logger, a non-negative Retention and a positive Interval are required")
+	}
+	return &Collector{cfg: cfg, c: c, runs: clientlib.NewInformer(c, clientlib.Runs, "", nil),
+		tasks: clientlib.NewInformer(c, clientlib.Tasks, "", nil)}, nil
+}
+
+// Run collects every Interval until ctx ends.
+func (gc *Collector) Run(ctx context.Context) error {
+	for _, inf := range []interface {
+		Run(context.Context) error
+		WaitForSync(context.Context) error
+	}{gc.runs, gc.tasks} {
+		go inf.Run(ctx)
+		if err := inf.WaitForSync(ctx); err != nil {
+			return err
+		}
+	}
+	t := time.NewTicker(gc.cfg.Interval)
+	defer t.Stop()
+	for {
+		if n, err := gc.Collect(ctx); err != nil && ctx.Err() == nil {
+			gc.cfg.Logger.Info("gc", zap.Int("deleted", n), zap.Error(err))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// Collect deletes the collectable runs once and says how many it deleted.
+func (gc *Collector) Collect(ctx context.Context) (int, error) {
+	now := gc.cfg.Now()
+	deleted := 0
+	var errs []error
+	for _, run := range gc.runs.Indexer().List() {
+		if !gc.collectable(run, now) {
+			continue
+		}
+		if err := clientlib.Delete(ctx, gc.c, clientlib.Runs, run); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		deleted++
+	}
+	return deleted, errors.Join(errs...)
+}
+
+func (gc *Collector) collectable(run *troupev1.Run, now time.Time) bool {
+	fin := run.GetFinished()
+	if fin == nil || fin.AsTime().Add(gc.cfg.Retention).After(now) {
+		return false // running, or finished too recently
+	}
+	// The run's name is the task's "<namespace>/<job>/<index>".
+	task, ok := gc.tasks.Indexer().Get(clientlib.Tasks.Prefix + run.GetMetadata().GetName())
+	if !ok || task.GetSpec().GetAttempt() > run.GetAttempt() {
+		return true
+	}
+	switch task.GetStatus().GetPhase() {
+	case troupev1.TaskPhase_TASK_PHASE_SUCCEEDED, troupev1.TaskPhase_TASK_PHASE_FAILED,
+		troupev1.TaskPhase_TASK_PHASE_STOPPED, troupev1.TaskPhase_TASK_PHASE_LOST:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,88 @@
+package gc_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/troupe-cluster/troupe/cellstore/localcell"
+	"github.com/troupe-cluster/troupe/clientlib"
+	"github.com/troupe-cluster/troupe/controllers/gc"
+	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
+)
+
+func TestCollectsFinishedRunsAfterRetention(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	lc, err := localcell.Start(ctx, localcell.Config{Dir: t.TempDir(), Replicas: 1, Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lc.Close()
+	c, err := clientlib.New(clientlib.DefaultConfig(lc.Endpoints()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	task := func(i int32, phase troupev1.TaskPhase, attempt int32) {
+		if _, err := clientlib.Create(ctx, c, clientlib.Tasks, &troupev1.Task{Metadata: &troupev1.ObjectMeta{Name: clientlib.TaskName("j", i), Namespace: "ns"},
+			Spec:   &troupev1.TaskSpec{Job: "j", Index: i, Attempt: attempt, Template: &troupev1.TaskTemplate{Command: "x"}},
+			Status: &troupev1.TaskStatus{Phase: phase}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func(i int32, finishedAgo time.Duration, attempt int32) {
+		r := &troupev1.Run{Metadata: &troupev1.ObjectMeta{Name: clientlib.TaskRef("ns", "j", i)}, Machine: "m1",
+			Phase: troupev1.RunPhase_RUN_PHASE_SUCCEEDED, Attempt: attempt}
+		if finishedAgo > 0 {
+			r.Finished = timestamppb.New(now.Add(-finishedAgo))
+		} else {
+			r.Phase = troupev1.RunPhase_RUN_PHASE_RUNNING
+		}
+		if _, err := clientlib.Create(ctx, c, clientlib.Runs, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	task(0, troupev1.TaskPhase_TASK_PHASE_SUCCEEDED, 0) // finished long ago: collected
+	run(0, 2*time.Hour, 0)
+	task(1, troupev1.TaskPhase_TASK_PHASE_SUCCEEDED, 0) // finished recently: kept
+	run(1, time.Minute, 0)
+	task(2, troupev1.TaskPhase_TASK_PHASE_RUNNING, 0) // still running: kept
+	run(2, 0, 0)
+	task(3, troupev1.TaskPhase_TASK_PHASE_PENDING, 1) // run of an earlier attempt: collected
+	run(3, 2*time.Hour, 0)
+	run(4, 2*time.Hour, 0) // task gone: collected
+
+	col, err := gc.New(c, gc.Config{Now: func() time.Time { return now }, Retention: time.Hour, Interval: time.Hour, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go col.Run(ctx)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		runs, _, err := clientlib.List(ctx, c, clientlib.Runs, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(runs) == 2 {
+			if runs[0].GetMetadata().GetName() != "ns/j/1" || runs[1].GetMetadata().GetName() != "ns/j/2" {
+				t.Fatalf("kept %v", runs)
+			}
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%d runs left, want 2", len(runs))
+		case <-tick.C:
+			if _, err := col.Collect(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				t.Log(err)
+			}
+		}
+	}
+}
