@@ -1,0 +1,232 @@
+// Package agent is the node agent: it registers its machine, renews the
+// machine's lease, watches only the machine's own bindings, runs what is
+// bound to it through a runtime, and reports each task as a Run. It
+// writes only under its machine's keys (/machines/<m>, /leases/<m>,
+// /runs/<m>/...), which is what makes per-machine authorization a prefix
+// rule.
+//
+// Retries of failed tasks are the job controller's: it replaces a failed
+// task by its next attempt, which comes back as a new binding.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/troupe-cluster/troupe/agents/runtime"
+	"github.com/troupe-cluster/troupe/clientlib"
+	"github.com/troupe-cluster/troupe/clientlib/cache"
+	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
+)
+
+// Config configures an agent.
+type Config struct {
+	Machine  string
+	Capacity map[string]int64
+	Labels   map[string]string
+	Taints   []*troupev1.Taint
+	// AgentAddress is where the agent serves task logs.
+	AgentAddress string
+	Runtime      runtime.Runtime
+	// LeaseDuration is how long a renewal keeps the machine alive;
+	// RenewInterval how often it is renewed (a fraction of it).
+	LeaseDuration, RenewInterval time.Duration
+	// StopGrace is the time between SIGTERM and SIGKILL.
+	StopGrace time.Duration
+	Now       func() time.Time
+	Logger    *zap.Logger
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	switch {
+	case c.Machine == "":
+		return errors.New("agent: Machine is required")
+	case c.Runtime == nil || c.Now == nil || c.Logger == nil:
+		return errors.New("agent: Runtime, Now and Logger are required")
+	case c.LeaseDuration <= 0 || c.RenewInterval <= 0 || c.RenewInterval >= c.LeaseDuration:
+		return fmt.Errorf("agent: need 0 < RenewInterval (%v) < LeaseDuration (%v)", c.RenewInterval, c.LeaseDuration)
+	}
+	return nil
+}
+
+// Agent is a running node agent.
+type Agent struct {
+	cfg      Config
+	c        *clientlib.Client
+	bindings *cache.Informer[*troupev1.Binding]
+
+	mu      sync.Mutex
+	running map[string]*task // by task ref
+}
+
+// task is one task the agent runs.
+type task struct {
+	attempt int32
+	proc    runtime.Process
+	stopped bool
+}
+
+// New returns an agent over client c.
+func New(c *clientlib.Client, cfg Config) (*Agent, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	a := &Agent{cfg: cfg, c: c, running: map[string]*task{}}
+	a.bindings = clientlib.NewInformer(c, clientlib.Bindings, cfg.Machine+"/", nil)
+	return a, nil
+}
+
+// Run registers the machine, then runs its tasks until ctx ends.
+func (a *Agent) Run(ctx context.Context) error {
+	if err := a.register(ctx); err != nil {
+		return err
+	}
+	a.bindings.AddHandler(cache.Handler[*troupev1.Binding]{
+		OnAdd:    func(_ string, b *troupev1.Binding) { a.start(ctx, b) },
+		OnUpdate: func(_ string, _, b *troupev1.Binding) { a.start(ctx, b) },
+		OnDelete: func(_ string, b *troupev1.Binding) { a.stop(b.GetMetadata().GetName()) },
+	})
+	go a.bindings.Run(ctx)
+	t := time.NewTicker(a.cfg.RenewInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			a.stopAll()
+			return ctx.Err()
+		case <-t.C:
+			if err := a.renew(ctx); err != nil && ctx.Err() == nil {
+				a.cfg.Logger.Warn("lease renewal failed", zap.Error(err))
+			}
+		}
+	}
+}
+
+// register creates or refreshes the machine and its lease.
+func (a *Agent) register(ctx context.Context) error {
+	want := &troupev1.Machine{Metadata: &troupev1.ObjectMeta{Name: a.cfg.Machine, Labels: a.cfg.Labels},
+		Spec: &troupev1.MachineSpec{Capacity: a.cfg.Capacity, Taints: a.cfg.Taints, AgentAddress: a.cfg.AgentAddress}}
+	m, err := clientlib.Get(ctx, a.c, clientlib.Machines, clientlib.Machines.Prefix+a.cfg.Machine)
+	switch {
+	case errors.Is(err, clientlib.ErrNotFound):
+		_, err = clientlib.Create(ctx, a.c, clientlib.Machines, want)
+	case err == nil:
+		// Keep what operators set (cordon) and the lifecycle status.
+		want.Metadata = m.GetMetadata()
+		want.Spec.Unschedulable = m.GetSpec().GetUnschedulable()
+		want.Status = m.GetStatus()
+		if !proto.Equal(want, m) {
+			_, err = clientlib.Update(ctx, a.c, clientlib.Machines, want)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("agent %s: register: %w", a.cfg.Machine, err)
+	}
+	return a.renew(ctx)
+}
+
+// renew writes the lease with the current time.
+func (a *Agent) renew(ctx context.Context) error {
+	lease := &troupev1.Lease{Metadata: &troupev1.ObjectMeta{Name: a.cfg.Machine}, Holder: "agent/" + a.cfg.Machine,
+		Renewed: timestamppb.New(a.cfg.Now()), Duration: durationpb.New(a.cfg.LeaseDuration)}
+	old, err := clientlib.Get(ctx, a.c, clientlib.Leases, clientlib.Leases.Prefix+a.cfg.Machine)
+	switch {
+	case errors.Is(err, clientlib.ErrNotFound):
+		_, err = clientlib.Create(ctx, a.c, clientlib.Leases, lease)
+	case err == nil:
+		lease.Metadata = old.GetMetadata()
+		_, err = clientlib.Update(ctx, a.c, clientlib.Leases, lease)
+	}
+	return err
+}
+
+// start runs the task of binding b unless it already runs that attempt.
+func (a *Agent) start(ctx context.Context, b *troupev1.Binding) {
+	ref, attempt := b.GetMetadata().GetName(), b.GetTask().GetAttempt()
+	a.mu.Lock()
+	if cur, ok := a.running[ref]; ok && cur.attempt == attempt {
+		a.mu.Unlock()
+		return
+	}
+	a.mu.Unlock()
+	started := a.cfg.Now()
+	proc, err := a.cfg.Runtime.Start(ctx, b)
+	if err != nil {
+		a.report(ctx, b, &troupev1.Run{Phase: troupev1.RunPhase_RUN_PHASE_FAILED, ExitCode: -1, Reason: err.Error(),
+			Started: timestamppb.New(started), Finished: timestamppb.New(a.cfg.Now())})
+		return
+	}
+	t := &task{attempt: attempt, proc: proc}
+	a.mu.Lock()
+	a.running[ref] = t
+	a.mu.Unlock()
+	a.report(ctx, b, &troupev1.Run{Phase: troupev1.RunPhase_RUN_PHASE_RUNNING, Started: timestamppb.New(started)})
+	go func() {
+		<-proc.Done()
+		exit := proc.Exit()
+		a.mu.Lock()
+		if a.running[ref] == t {
+			delete(a.running, ref)
+		}
+		a.mu.Unlock()
+		phase := troupev1.RunPhase_RUN_PHASE_SUCCEEDED
+		switch {
+		case exit.Killed:
+			phase = troupev1.RunPhase_RUN_PHASE_KILLED
+		case exit.Code != 0:
+			phase = troupev1.RunPhase_RUN_PHASE_FAILED
+		}
+		a.report(context.WithoutCancel(ctx), b, &troupev1.Run{Phase: phase, ExitCode: int32(exit.Code), Reason: exit.Reason,
+			Started: timestamppb.New(started), Finished: timestamppb.New(a.cfg.Now())})
+	}()
+}
+
+// stop stops the task of ref (its binding is gone).
+func (a *Agent) stop(ref string) {
+	a.mu.Lock()
+	t, ok := a.running[ref]
+	a.mu.Unlock()
+	if ok {
+		t.proc.Stop(a.cfg.StopGrace)
+	}
+}
+
+func (a *Agent) stopAll() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, t := range a.running {
+		t.proc.Stop(a.cfg.StopGrace)
+	}
+}
+
+// report writes the Run of binding b's task (the agent is its only
+// writer, so a conflict only means a concurrent report of the same task:
+// read and write again).
+func (a *Agent) report(ctx context.Context, b *troupev1.Binding, run *troupev1.Run) {
+	run.Metadata = &troupev1.ObjectMeta{Name: b.GetMetadata().GetName()}
+	run.Machine, run.Attempt = a.cfg.Machine, b.GetTask().GetAttempt()
+	key := clientlib.Runs.Prefix + a.cfg.Machine + "/" + b.GetMetadata().GetName()
+	for range 5 {
+		old, err := clientlib.Get(ctx, a.c, clientlib.Runs, key)
+		switch {
+		case errors.Is(err, clientlib.ErrNotFound):
+			_, err = clientlib.Create(ctx, a.c, clientlib.Runs, run)
+		case err == nil:
+			run.Metadata = old.GetMetadata()
+			_, err = clientlib.Update(ctx, a.c, clientlib.Runs, run)
+		}
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		a.cfg.Logger.Info("report run", zap.String("task", b.GetMetadata().GetName()), zap.Error(err))
+	}
+}

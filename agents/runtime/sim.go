@@ -1,0 +1,69 @@
+package runtime
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
+)
+
+// Sim runs tasks without processes: a task "runs" for its template's
+// sim_duration (DefaultDuration when unset) and exits 0.
+type Sim struct {
+	DefaultDuration time.Duration
+	// After is the clock's timer (time.After in a cell; a virtual clock
+	// in the simulator).
+	After func(time.Duration) <-chan time.Time
+}
+
+var _ Runtime = (*Sim)(nil)
+
+// Start implements Runtime.
+func (s *Sim) Start(ctx context.Context, b *troupev1.Binding) (Process, error) {
+	d := b.GetTask().GetTemplate().GetSimDuration().AsDuration()
+	if d <= 0 {
+		d = s.DefaultDuration
+	}
+	after := s.After
+	if after == nil {
+		after = time.After
+	}
+	p := &simProcess{done: make(chan struct{}), stop: make(chan struct{})}
+	go func() {
+		select {
+		case <-after(d):
+			p.finish(Exit{Code: 0, Reason: "completed"})
+		case <-p.stop:
+			p.finish(Exit{Code: 137, Reason: "stopped", Killed: true})
+		case <-ctx.Done():
+			p.finish(Exit{Code: 137, Reason: "agent stopped", Killed: true})
+		}
+	}()
+	return p, nil
+}
+
+type simProcess struct {
+	done     chan struct{}
+	stop     chan struct{}
+	stopOnce sync.Once
+	mu       sync.Mutex
+	exit     Exit
+}
+
+func (p *simProcess) finish(e Exit) {
+	p.mu.Lock()
+	p.exit = e
+	p.mu.Unlock()
+	close(p.done)
+}
+
+func (p *simProcess) Done() <-chan struct{} { return p.done }
+
+func (p *simProcess) Exit() Exit {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.exit
+}
+
+func (p *simProcess) Stop(time.Duration) { p.stopOnce.Do(func() { close(p.stop) }) }
