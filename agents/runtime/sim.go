@@ -30,9 +30,10 @@ func (s *Sim) Start(ctx context.Context, b *troupev1.Binding) (Process, error) {
 		after = time.After
 	}
 	p := &simProcess{done: make(chan struct{}), stop: make(chan struct{})}
+	end := after(d)
 	go func() {
 		select {
-		case <-after(d):
+		case <-end:
 			p.finish(Exit{Code: 0, Reason: "completed"})
 		case <-p.stop:
 			p.finish(Exit{Code: 137, Reason: "stopped", Killed: true})
