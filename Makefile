@@ -12,9 +12,10 @@ all: build
 build:
 	$(GO) build -o $(BIN) ./tools/troupe
 
-# A one-node cell store with its data in ./troupe-data (see README).
+# A whole cell in one process: store, schedulers, controllers and an exec
+# agent for this host, with its data in ./troupe-data (see README).
 run: build
-	$(BIN) store --data-dir troupe-data
+	$(BIN) up --data-dir troupe-data
 
 test: lint
 	$(GO) test -count=1 ./...

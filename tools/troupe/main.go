@@ -1,8 +1,11 @@
 // Command troupe is Troupe's single binary: every role and the CLI.
 //
+//	troupe up       run a whole cell in one process
 //	troupe store    run one cell store node
+//	troupe apply    create or update objects from manifests
+//	troupe get      list machines, jobs, tasks or schedulers
 //	troupe status   show a store node's status
-//	troupe bench    run store benchmarks
+//	troupe bench    run benchmarks
 package main
 
 import (
@@ -17,9 +20,12 @@ type command struct {
 
 func commands() []command {
 	return []command{
+		{"up", "run a whole cell in one process", runUp},
 		{"store", "run one cell store node", runStore},
+		{"apply", "create or update objects from manifest files", runApply},
+		{"get", "list machines, jobs, tasks or schedulers", runGet},
 		{"status", "show a store node's status", runStatus},
-		{"bench", "run store benchmarks", runBench},
+		{"bench", "run benchmarks (store workloads, cache)", runBench},
 	}
 }
 

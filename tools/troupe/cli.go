@@ -1,0 +1,278 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/troupe-cluster/troupe/clientlib"
+	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
+)
+
+// cliClient connects the CLI to a cell.
+func cliClient(fs *flag.FlagSet, args []string) (*clientlib.Client, context.Context, context.CancelFunc, error) {
+	endpoint := fs.String("endpoint", "127.0.0.1:7000", "store gRPC address(es), comma-separated")
+	timeout := fs.Duration("timeout", 10*time.Second, "request timeout")
+	if err := fs.Parse(args); err != nil {
+		return nil, nil, nil, err
+	}
+	c, err := clientlib.New(clientlib.DefaultConfig(strings.Split(*endpoint, ",")...))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	return c, ctx, cancel, nil
+}
+
+// runApply creates or updates the objects of manifest files so that the
+// cell matches them; applying the same file twice changes nothing.
+func runApply(args []string) error {
+	fs := flag.NewFlagSet("apply", flag.ContinueOnError)
+	var files []string
+	fs.Func("f", "manifest file or directory (repeatable)", func(s string) error { files = append(files, s); return nil })
+	c, ctx, cancel, err := cliClient(fs, args)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	defer c.Close()
+	if len(files) == 0 {
+		return errors.New("apply: give -f FILE|DIR")
+	}
+	paths, err := manifestPaths(files)
+	if err != nil {
+		return err
+	}
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		ms, err := clientlib.DecodeManifests(data)
+		if err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		for _, m := range ms {
+			what, err := applyObject(ctx, c, m)
+			if err != nil {
+				return fmt.Errorf("%s:%d: %w", p, m.Line, err)
+			}
+			fmt.Printf("%s/%s %s\n", strings.ToLower(m.Kind), displayName(m.Object), what)
+		}
+	}
+	return nil
+}
+
+func manifestPaths(args []string) ([]string, error) {
+	var out []string
+	for _, a := range args {
+		st, err := os.Stat(a)
+		if err != nil {
+			return nil, err
+		}
+		if !st.IsDir() {
+			out = append(out, a)
+			continue
+		}
+		for _, pat := range []string{"*.yaml", "*.yml", "*.json"} {
+			m, _ := filepath.Glob(filepath.Join(a, pat))
+			out = append(out, m...)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+func displayName(o clientlib.Object) string {
+	if ns := o.GetMetadata().GetNamespace(); ns != "" {
+		return ns + "/" + o.GetMetadata().GetName()
+	}
+	return o.GetMetadata().GetName()
+}
+
+// applyObject creates or updates one object.
+func applyObject(ctx context.Context, c *clientlib.Client, m clientlib.Manifest) (string, error) {
+	switch o := m.Object.(type) {
+	case *troupev1.Job:
+		return apply(ctx, c, clientlib.Jobs, o, func(cur, want *troupev1.Job) { want.Status = cur.GetStatus() })
+	case *troupev1.Machine:
+		return apply(ctx, c, clientlib.Machines, o, func(cur, want *troupev1.Machine) { want.Status = cur.GetStatus() })
+	case *troupev1.ValidationPolicy:
+		return apply(ctx, c, clientlib.ValidationPolicies, o, nil)
+	default:
+		return "", fmt.Errorf("apply: kind %s is written by Troupe itself, not applied", m.Kind)
+	}
+}
+
+// apply makes the stored object of kind k match want, keeping what the
+// cell owns (keep copies it from the current object).
+func apply[T clientlib.Object](ctx context.Context, c *clientlib.Client, k clientlib.Kind[T], want T, keep func(cur, want T)) (string, error) {
+	key, err := k.Key(want)
+	if err != nil {
+		return "", err
+	}
+	for attempt := 0; attempt < 5; attempt++ {
+		cur, err := clientlib.Get(ctx, c, k, key)
+		if errors.Is(err, clientlib.ErrNotFound) {
+			if _, err := clientlib.Create(ctx, c, k, want); err != nil {
+				return "", err
+			}
+			return "created", nil
+		}
+		if err != nil {
+			return "", err
+		}
+		next := proto.Clone(want).(T)
+		meta := proto.Clone(cur.GetMetadata()).(*troupev1.ObjectMeta)
+		meta.Labels, meta.Annotations = want.GetMetadata().GetLabels(), want.GetMetadata().GetAnnotations()
+		proto.Reset(next.GetMetadata())
+		proto.Merge(next.GetMetadata(), meta)
+		if keep != nil {
+			keep(cur, next)
+		}
+		clientlib.Default(next)
+		if proto.Equal(cur, next) {
+			return "unchanged", nil
+		}
+		_, err = clientlib.Update(ctx, c, k, next)
+		var ce *clientlib.ConflictError
+		if errors.As(err, &ce) {
+			continue // changed meanwhile (a controller wrote its status): read again
+		}
+		if err != nil {
+			return "", err
+		}
+		return "configured", nil
+	}
+	return "", errors.New("apply: the object keeps changing; try again")
+}
+
+// runGet lists objects of a kind as a table (or JSON).
+func runGet(args []string) error {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		return errors.New("get: give machines, jobs, tasks or schedulers")
+	}
+	what := args[0]
+	fs := flag.NewFlagSet("get", flag.ContinueOnError)
+	output := fs.String("o", "", "output: wide or json")
+	c, ctx, cancel, err := cliClient(fs, args[1:])
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	defer c.Close()
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 3, ' ', 0)
+	defer w.Flush()
+	switch what {
+	case "machines", "machine":
+		ms, _, err := clientlib.List(ctx, c, clientlib.Machines, "")
+		if err != nil {
+			return err
+		}
+		if *output == "json" {
+			return printJSON(ms)
+		}
+		fmt.Fprintln(w, "NAME\tSTATUS\tCPU\tMEMORY\tLABELS")
+		for _, m := range ms {
+			st := strings.TrimPrefix(m.GetStatus().GetPhase().String(), "MACHINE_PHASE_")
+			if m.GetSpec().GetUnschedulable() {
+				st += ",CORDONED"
+			}
+			fmt.Fprintf(w, "%s\t%s\t%dm\t%s\t%s\n", m.GetMetadata().GetName(), st, m.GetSpec().GetCapacity()["cpu"],
+				bytesHuman(m.GetSpec().GetCapacity()["memory"]), labels(m.GetMetadata().GetLabels()))
+		}
+	case "jobs", "job":
+		js, _, err := clientlib.List(ctx, c, clientlib.Jobs, "")
+		if err != nil {
+			return err
+		}
+		if *output == "json" {
+			return printJSON(js)
+		}
+		fmt.Fprintln(w, "NAMESPACE\tNAME\tTYPE\tSCHEDULER\tSTATUS\tTASKS\tPENDING\tRUNNING\tSUCCEEDED\tFAILED")
+		for _, j := range js {
+			st := j.GetStatus()
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", j.GetMetadata().GetNamespace(), j.GetMetadata().GetName(),
+				strings.ToLower(strings.TrimPrefix(j.GetSpec().GetType().String(), "JOB_TYPE_")), j.GetSpec().GetScheduler(),
+				strings.TrimPrefix(st.GetPhase().String(), "JOB_PHASE_"), j.GetSpec().GetCount(), st.GetPending(), st.GetRunning(), st.GetSucceeded(), st.GetFailed())
+		}
+	case "tasks", "task":
+		ts, _, err := clientlib.List(ctx, c, clientlib.Tasks, "")
+		if err != nil {
+			return err
+		}
+		if *output == "json" {
+			return printJSON(ts)
+		}
+		fmt.Fprintln(w, "NAMESPACE\tNAME\tSTATUS\tMACHINE\tSCHEDULER\tATTEMPT\tEXIT\tREASON")
+		for _, t := range ts {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", t.GetMetadata().GetNamespace(), t.GetMetadata().GetName(),
+				strings.TrimPrefix(t.GetStatus().GetPhase().String(), "TASK_PHASE_"), dash(t.GetBinding().GetMachine()),
+				dash(t.GetBinding().GetScheduler()), t.GetSpec().GetAttempt(), t.GetStatus().GetExitCode(), t.GetStatus().GetReason())
+		}
+	case "schedulers", "scheduler":
+		ss, _, err := clientlib.List(ctx, c, clientlib.Schedulers, "")
+		if err != nil {
+			return err
+		}
+		if *output == "json" {
+			return printJSON(ss)
+		}
+		fmt.Fprintln(w, "NAME\tKIND\tPLACEMENTS\tCONFLICTS\tUNSCHEDULABLE\tBUSYNESS\tHEARTBEAT")
+		for _, s := range ss {
+			k := s.GetCounters()
+			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%.2f\t%s ago\n", s.GetMetadata().GetName(), s.GetKind(), k.GetPlacements(), k.GetConflicts(),
+				k.GetUnschedulable(), k.GetBusyness(), time.Since(s.GetHeartbeat().AsTime()).Round(time.Second))
+		}
+	default:
+		return fmt.Errorf("get: unknown kind %q (machines, jobs, tasks, schedulers)", what)
+	}
+	return nil
+}
+
+func printJSON[T proto.Message](objs []T) error {
+	for _, o := range objs {
+		b, err := protojson.MarshalOptions{Multiline: true}.Marshal(o)
+		if err != nil {
+			return err
+		}
+		fmt.Println(string(b))
+	}
+	return nil
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func labels(m map[string]string) string {
+	var parts []string
+	for k, v := range m {
+		parts = append(parts, k+"="+v)
+	}
+	sort.Strings(parts)
+	return dash(strings.Join(parts, ","))
+}
+
+func bytesHuman(b int64) string {
+	switch {
+	case b >= 1<<30:
+		return fmt.Sprintf("%.1fGi", float64(b)/(1<<30))
+	case b >= 1<<20:
+		return fmt.Sprintf("%dMi", b>>20)
+	}
+	return fmt.Sprint(b)
+}
