@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -26,10 +27,7 @@ func TestThreeProcessCell(t *testing.T) {
 		t.Skip("builds and runs the troupe binary")
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "troupe")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildTroupe(t)
 	ports, err := localcell.FreePorts(6)
 	if err != nil {
 		t.Fatal(err)
@@ -101,6 +99,32 @@ func TestThreeProcessCell(t *testing.T) {
 			t.Errorf("node did not shut down cleanly on SIGTERM: %v", err)
 		}
 	}
+}
+
+var (
+	buildOnce sync.Once
+	builtBin  string
+	buildErr  error
+)
+
+// buildTroupe builds the troupe binary once for the package's tests.
+func buildTroupe(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "troupe-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		builtBin = filepath.Join(dir, "troupe")
+		if out, err := exec.Command("go", "build", "-o", builtBin, ".").CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return builtBin
 }
 
 // waitFor retries fn until it succeeds or ctx ends.

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/troupe-cluster/troupe/cellstore/localcell"
+)
+
+// TestUpApplyGet runs `troupe up` as a process, applies a job of real
+// shell commands with `troupe apply`, and follows it with `troupe get`
+// until it succeeds.
+func TestUpApplyGet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the troupe binary")
+	}
+	bin := buildTroupe(t)
+	ports, err := localcell.FreePorts(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoint := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	dir := t.TempDir()
+	up := exec.Command(bin, "up", "--data-dir", dir, "--grpc-addr", endpoint, "--http-addr", fmt.Sprintf("127.0.0.1:%d", ports[1]))
+	up.Stdout, up.Stderr = os.Stderr, os.Stderr
+	if err := up.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { up.Process.Signal(syscall.SIGTERM); up.Wait() }()
+	manifest := filepath.Join(dir, "job.yaml")
+	if err := os.WriteFile(manifest, []byte(`apiVersion: troupe/v1
+kind: Job
+metadata: {name: greet, namespace: default}
+spec:
+  count: 3
+  template:
+    command: /bin/sh
+    args: ["-c", "echo hi from $TROUPE_TASK"]
+    requests: {cpu: 10, memory: 1048576}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	run := func(args ...string) (string, error) {
+		out, err := exec.CommandContext(ctx, bin, append(args, "-endpoint", endpoint)...).CombinedOutput()
+		return string(out), err
+	}
+	waitFor(t, ctx, func() error {
+		out, err := run("apply", "-f", manifest)
+		if err == nil && !strings.Contains(out, "job/default/greet created") {
+			return fmt.Errorf("apply said %q", out)
+		}
+		return err
+	})
+	if out, err := run("apply", "-f", manifest); err != nil || !strings.Contains(out, "unchanged") {
+		t.Fatalf("second apply: %q %v", out, err)
+	}
+	waitFor(t, ctx, func() error {
+		out, err := run("get", "jobs")
+		if err != nil {
+			return err
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if f := strings.Fields(line); len(f) > 4 && f[1] == "greet" && f[4] == "SUCCEEDED" {
+				return nil
+			}
+		}
+		return fmt.Errorf("job not done yet:\n%s", out)
+	})
+	out, err := run("get", "tasks")
+	if err != nil || strings.Count(out, "SUCCEEDED") != 3 {
+		t.Fatalf("tasks:\n%s %v", out, err)
+	}
+	log, err := os.ReadFile(filepath.Join(dir, "tasks", "default", "greet", "2", "stdout.log"))
+	if err != nil || !strings.Contains(string(log), "hi from default/greet/2") {
+		t.Fatalf("task log: %q %v", log, err)
+	}
+}
