@@ -185,7 +185,13 @@ func (a *Agent) start(ctx context.Context, b *troupev1.Binding) {
 		case exit.Code != 0:
 			phase = troupev1.RunPhase_RUN_PHASE_FAILED
 		}
-		a.report(context.WithoutCancel(ctx), b, &troupev1.Run{Phase: phase, ExitCode: int32(exit.Code), Reason: exit.Reason,
+		// A task that ended because the agent is going away is not
+		// reported: the machine's lease runs out and the node lifecycle
+		// controller takes its tasks away, as for a crashed machine.
+		if ctx.Err() != nil {
+			return
+		}
+		a.report(ctx, b, &troupev1.Run{Phase: phase, ExitCode: int32(exit.Code), Reason: exit.Reason,
 			Started: timestamppb.New(started), Finished: timestamppb.New(a.cfg.Now())})
 	}()
 }

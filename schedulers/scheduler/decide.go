@@ -29,6 +29,9 @@ func (s *Scheduler) scheduleJob(ctx context.Context, job string) {
 			s.mu.Unlock()
 			return
 		}
+		if !s.gangComplete(job, tasks) {
+			return // the gang's other members are not there yet; their creation wakes the job
+		}
 		start := s.cfg.Now()
 		s.firstAttempt(job, tasks, start)
 		plan := framework.Schedule(s.cfg.Profile, s.snapshot(job), tasks)
@@ -62,6 +65,22 @@ func (s *Scheduler) scheduleJob(ctx context.Context, job string) {
 	s.queue.AddRateLimited(job) // still conflicting: back off
 }
 
+// gangComplete reports whether a gang job has at least gang_min members
+// pending or placed, so that it is placed together and never in part.
+func (s *Scheduler) gangComplete(job string, pending []*framework.Task) bool {
+	min := pending[0].Task.GetSpec().GetGangMin()
+	if min <= 0 {
+		return true
+	}
+	members := len(pending)
+	for _, t := range s.tasks.Indexer().ByIndex(clientlib.IndexJob, job) {
+		if t.GetBinding().GetMachine() != "" {
+			members++
+		}
+	}
+	return int32(members) >= min
+}
+
 // firstAttempt records the wait of a job's tasks the first time the
 // instance attempts them.
 func (s *Scheduler) firstAttempt(job string, tasks []*framework.Task, now time.Time) {
@@ -86,8 +105,8 @@ func (s *Scheduler) pendingTasks(job string) []*framework.Task {
 		if err != nil || !clientlib.Pending(t) || !s.serves(t) {
 			continue
 		}
-		if v, ok := s.assumed[key]; ok {
-			if t.GetMetadata().GetVersion() < v {
+		if a, ok := s.assumed[key]; ok {
+			if t.GetMetadata().GetVersion() < a.version {
 				continue // our binding is on its way
 			}
 			delete(s.assumed, key)
@@ -103,18 +122,31 @@ func (s *Scheduler) assume(ps []framework.Placement) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, p := range ps {
-		s.assumed[p.Task.Key] = p.Task.Task.GetMetadata().GetVersion() + 1
+		s.assumed[p.Task.Key] = assumed{version: p.Task.Task.GetMetadata().GetVersion() + 1, job: p.Task.Job, machine: p.Machine.Name}
 	}
 }
 
 // snapshot builds the decision's view of the cell from the caches.
 func (s *Scheduler) snapshot(job string) *framework.Snapshot {
+	// The job's tasks per machine: bound ones, and those this instance
+	// placed that the cache does not show bound yet.
 	jobTasks := map[string]int{}
+	bound := map[string]bool{}
 	for _, t := range s.tasks.Indexer().ByIndex(clientlib.IndexJob, job) {
 		if m := t.GetBinding().GetMachine(); m != "" {
 			jobTasks[m]++
+			if key, err := clientlib.Tasks.Key(t); err == nil {
+				bound[key] = true
+			}
 		}
 	}
+	s.mu.Lock()
+	for key, a := range s.assumed {
+		if a.job == job && !bound[key] {
+			jobTasks[a.machine]++
+		}
+	}
+	s.mu.Unlock()
 	snap := &framework.Snapshot{}
 	for _, m := range s.machines.Indexer().List() {
 		name := m.GetMetadata().GetName()

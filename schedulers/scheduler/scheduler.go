@@ -82,8 +82,15 @@ type Scheduler struct {
 	stats    *Stats
 
 	mu      sync.Mutex
-	assumed map[string]uint64 // task key → version this instance wrote
-	seen    map[string]bool   // jobs with pending tasks already attempted
+	assumed map[string]assumed // by task key: placements the cache may not show yet
+	seen    map[string]bool    // jobs with pending tasks already attempted
+}
+
+// assumed is a placement this instance committed: the task's version it
+// wrote, its job and machine.
+type assumed struct {
+	version      uint64
+	job, machine string
 }
 
 // New returns a scheduler over client c.
@@ -91,7 +98,7 @@ func New(c *clientlib.Client, cfg Config) (*Scheduler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Scheduler{cfg: cfg, c: c, queue: cache.NewWorkQueue(cache.DefaultQueueConfig()), stats: newStats(cfg.Now()), assumed: map[string]uint64{}, seen: map[string]bool{}}
+	s := &Scheduler{cfg: cfg, c: c, queue: cache.NewWorkQueue(cache.DefaultQueueConfig()), stats: newStats(cfg.Now()), assumed: map[string]assumed{}, seen: map[string]bool{}}
 	s.machines = clientlib.NewInformer(c, clientlib.Machines, "", nil)
 	s.tasks = clientlib.NewInformer(c, clientlib.Tasks, "", clientlib.TaskIndexes())
 	s.counters = cache.NewInformer(cache.InformerConfig[*troupev1.Counter]{

@@ -1,0 +1,201 @@
+package cell_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/troupe-cluster/troupe/clientlib"
+	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
+	"github.com/troupe-cluster/troupe/tools/cell"
+)
+
+type env struct {
+	t   *testing.T
+	ctx context.Context
+	c   *cell.Cell
+}
+
+func start(t *testing.T, cfg cell.Config) *env {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	cfg.DataDir, cfg.GRPCAddr = t.TempDir(), "127.0.0.1:0"
+	cfg.LeaseDuration, cfg.SchedulerBackoff = 3*time.Second, 100*time.Millisecond
+	c, err := cell.Start(ctx, cfg)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); c.Stop() })
+	return &env{t: t, ctx: ctx, c: c}
+}
+
+func (e *env) submit(name string, spec *troupev1.JobSpec) {
+	e.t.Helper()
+	if _, err := clientlib.Create(e.ctx, e.c.Client, clientlib.Jobs, &troupev1.Job{Metadata: &troupev1.ObjectMeta{Name: name, Namespace: "e2e"}, Spec: spec}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) tasks(job string) []*troupev1.Task {
+	ts, _, err := clientlib.List(e.ctx, e.c.Client, clientlib.Tasks, "e2e/"+job+"/")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return ts
+}
+
+// until polls cond (which says what it saw) until it holds.
+func (e *env) until(what string, cond func() (bool, string)) {
+	e.t.Helper()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ok, saw := cond()
+		if ok {
+			return
+		}
+		select {
+		case <-e.ctx.Done():
+			e.t.Fatalf("%s: gave up; last saw %s", what, saw)
+		case <-tick.C:
+		}
+	}
+}
+
+func phases(ts []*troupev1.Task) map[troupev1.TaskPhase]int {
+	out := map[troupev1.TaskPhase]int{}
+	for _, t := range ts {
+		out[t.GetStatus().GetPhase()]++
+	}
+	return out
+}
+
+// A 100-task batch job of real shell commands: every task succeeds, with
+// its exit code and output visible.
+func TestHundredRealTasks(t *testing.T) {
+	e := start(t, cell.Config{ExecMachine: "local", ExecCapacity: map[string]int64{"cpu": 4000, "memory": 1 << 30}})
+	e.submit("hundred", &troupev1.JobSpec{Count: 100, Template: &troupev1.TaskTemplate{Command: "/bin/sh",
+		Args: []string{"-c", `echo "done $TROUPE_TASK"`}, Requests: map[string]int64{"cpu": 100}}})
+	e.until("100 tasks succeeded", func() (bool, string) {
+		p := phases(e.tasks("hundred"))
+		return p[troupev1.TaskPhase_TASK_PHASE_SUCCEEDED] == 100, fmt.Sprint(p)
+	})
+	for _, tk := range e.tasks("hundred") {
+		ref := clientlib.TaskRef("e2e", "hundred", tk.GetSpec().GetIndex())
+		out, err := os.ReadFile(filepath.Join(e.c.Exec.TaskDir(ref), "stdout.log"))
+		if err != nil || strings.TrimSpace(string(out)) != "done "+ref || tk.GetStatus().GetExitCode() != 0 {
+			t.Fatalf("task %s: exit %d, output %q (%v)", ref, tk.GetStatus().GetExitCode(), out, err)
+		}
+	}
+	j, _ := clientlib.Get(e.ctx, e.c.Client, clientlib.Jobs, "/jobs/e2e/hundred")
+	if j.GetStatus().GetPhase() != troupev1.JobPhase_JOB_PHASE_SUCCEEDED {
+		e.until("job succeeded", func() (bool, string) {
+			j, _ := clientlib.Get(e.ctx, e.c.Client, clientlib.Jobs, "/jobs/e2e/hundred")
+			return j.GetStatus().GetPhase() == troupev1.JobPhase_JOB_PHASE_SUCCEEDED, j.GetStatus().String()
+		})
+	}
+}
+
+// A 3-replica service survives the loss of a machine: its replica is
+// replaced on another machine within seconds.
+func TestServiceSurvivesMachineLoss(t *testing.T) {
+	e := start(t, cell.Config{Hollow: 5, HollowCapacity: map[string]int64{"cpu": 4000, "memory": 1 << 30}})
+	e.submit("web", &troupev1.JobSpec{Type: troupev1.JobType_JOB_TYPE_SERVICE, Count: 3, Priority: 100,
+		Constraints: &troupev1.Constraints{DistinctMachines: true},
+		Template:    &troupev1.TaskTemplate{Command: "web", SimDuration: durationpb.New(time.Hour), Requests: map[string]int64{"cpu": 1000}}})
+	running := func() (map[string]bool, string) {
+		on := map[string]bool{}
+		var saw []string
+		for _, tk := range e.tasks("web") {
+			if tk.GetStatus().GetPhase() == troupev1.TaskPhase_TASK_PHASE_RUNNING {
+				on[tk.GetBinding().GetMachine()] = true
+			}
+			saw = append(saw, fmt.Sprintf("%s:%v@%s(attempt %d, %s)", tk.GetMetadata().GetName(), tk.GetStatus().GetPhase(),
+				tk.GetBinding().GetMachine(), tk.GetSpec().GetAttempt(), tk.GetStatus().GetReason()))
+		}
+		return on, strings.Join(saw, " ")
+	}
+	var victim string
+	e.until("3 replicas running", func() (bool, string) {
+		on, saw := running()
+		if on[""] {
+			t.Fatalf("a task runs without a binding: %s", saw)
+		}
+		for m := range on {
+			victim = m
+		}
+		return len(on) == 3, saw
+	})
+	_, before := running()
+	t.Logf("before: %s; stopping %s", before, victim)
+	lostAt := time.Now()
+	e.c.StopAgent(victim)
+	e.until("3 replicas running again, none on the lost machine", func() (bool, string) {
+		on, saw := running()
+		return len(on) == 3 && !on[victim], saw
+	})
+	_, after := running()
+	t.Logf("replica replaced %v after the machine stopped (lease 3s): %s", time.Since(lostAt).Round(10*time.Millisecond), after)
+	m, _ := clientlib.Get(e.ctx, e.c.Client, clientlib.Machines, clientlib.Machines.Prefix+victim)
+	if m.GetStatus().GetPhase() != troupev1.MachinePhase_MACHINE_PHASE_LOST {
+		t.Fatalf("stopped machine is %v", m.GetStatus())
+	}
+}
+
+// A gang job is placed whole or not at all.
+func TestGangAllOrNothing(t *testing.T) {
+	e := start(t, cell.Config{Hollow: 2, HollowCapacity: map[string]int64{"cpu": 2000, "memory": 1 << 30}})
+	long := durationpb.New(time.Hour)
+	// Three tasks of 1500 cpu: only two machines can take one each.
+	e.submit("toobig", &troupev1.JobSpec{Count: 3, GangMin: 3, Template: &troupev1.TaskTemplate{Command: "x", SimDuration: long, Requests: map[string]int64{"cpu": 1500}}})
+	e.until("the gang scheduler found the gang does not fit", func() (bool, string) {
+		st := e.c.Schedulers["gang-0"].Stats()
+		return st.Unschedulable > 0, fmt.Sprint(st)
+	})
+	for _, tk := range e.tasks("toobig") {
+		if tk.GetBinding() != nil {
+			t.Fatalf("part of a gang was placed: %s on %s", tk.GetMetadata().GetName(), tk.GetBinding().GetMachine())
+		}
+	}
+	// Four tasks of 1000 cpu fit exactly, and go together.
+	e.submit("fits", &troupev1.JobSpec{Count: 4, GangMin: 4, Template: &troupev1.TaskTemplate{Command: "x", SimDuration: long, Requests: map[string]int64{"cpu": 1000}}})
+	e.until("the whole gang runs", func() (bool, string) {
+		p := phases(e.tasks("fits"))
+		return p[troupev1.TaskPhase_TASK_PHASE_RUNNING] == 4, fmt.Sprint(p)
+	})
+	if st := e.c.Schedulers["gang-0"].Stats(); st.Attempts == 0 {
+		t.Fatalf("gang stats %+v", st)
+	}
+}
+
+// A high-priority job preempts batch tasks, which go back to pending.
+func TestHighPriorityPreemptsBatch(t *testing.T) {
+	e := start(t, cell.Config{Hollow: 1, HollowCapacity: map[string]int64{"cpu": 2000, "memory": 1 << 30}})
+	long := durationpb.New(time.Hour)
+	e.submit("filler", &troupev1.JobSpec{Count: 4, Priority: 0, Template: &troupev1.TaskTemplate{Command: "x", SimDuration: long, Requests: map[string]int64{"cpu": 500}}})
+	e.until("the machine is full", func() (bool, string) {
+		p := phases(e.tasks("filler"))
+		return p[troupev1.TaskPhase_TASK_PHASE_RUNNING] == 4, fmt.Sprint(p)
+	})
+	e.submit("urgent", &troupev1.JobSpec{Count: 1, Priority: 50, Template: &troupev1.TaskTemplate{Command: "x", SimDuration: long, Requests: map[string]int64{"cpu": 1000}}})
+	e.until("the urgent task runs", func() (bool, string) {
+		p := phases(e.tasks("urgent"))
+		return p[troupev1.TaskPhase_TASK_PHASE_RUNNING] == 1, fmt.Sprint(p)
+	})
+	preempted := 0
+	for _, tk := range e.tasks("filler") {
+		if tk.GetBinding() == nil && strings.Contains(tk.GetStatus().GetReason(), "preempted") {
+			preempted++
+		}
+	}
+	if preempted != 2 {
+		t.Fatalf("%d filler tasks preempted, want 2", preempted)
+	}
+}
