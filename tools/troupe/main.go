@@ -4,6 +4,8 @@
 //	troupe store    run one cell store node
 //	troupe apply    create or update objects from manifests
 //	troupe get      list machines, jobs, tasks or schedulers
+//	troupe delete   delete the objects of manifests, or a job
+//	troupe job      run a job file, stop a job
 //	troupe status   show a store node's status
 //	troupe bench    run benchmarks
 package main
@@ -24,6 +26,8 @@ func commands() []command {
 		{"store", "run one cell store node", runStore},
 		{"apply", "create or update objects from manifest files", runApply},
 		{"get", "list machines, jobs, tasks or schedulers", runGet},
+		{"delete", "delete the objects of manifests, or a job by name", runDelete},
+		{"job", "run FILE (apply) or stop NAME", runJob},
 		{"status", "show a store node's status", runStatus},
 		{"bench", "run benchmarks (store workloads, cache)", runBench},
 	}

@@ -83,4 +83,18 @@ spec:
 	if err != nil || !strings.Contains(string(log), "hi from default/greet/2") {
 		t.Fatalf("task log: %q %v", log, err)
 	}
+	if out, err := run("job", "stop", "greet"); err != nil || !strings.Contains(out, "job/default/greet stopped") {
+		t.Fatalf("job stop: %q %v", out, err)
+	}
+	if out, err := run("delete", "-f", manifest); err != nil || !strings.Contains(out, "job/default/greet deleted") {
+		t.Fatalf("delete: %q %v", out, err)
+	}
+	// The job controller removes a deleted job's tasks.
+	waitFor(t, ctx, func() error {
+		out, err := run("get", "tasks")
+		if err == nil && strings.Contains(out, "greet-") {
+			err = fmt.Errorf("tasks left:\n%s", out)
+		}
+		return err
+	})
 }
