@@ -33,9 +33,12 @@ type Config struct {
 	Capacity map[string]int64
 	Labels   map[string]string
 	Taints   []*troupev1.Taint
-	// AgentAddress is where the agent serves task logs.
-	AgentAddress string
-	Runtime      runtime.Runtime
+	// LogAddr, if set, is where the agent serves its tasks' logs over HTTP
+	// (GET /logs/<namespace>/<job>/<index>?stream=stdout|stderr); it is
+	// registered as the machine's agent address. The runtime must keep
+	// logs (see runtime.Logs).
+	LogAddr string
+	Runtime runtime.Runtime
 	// LeaseDuration is how long a renewal keeps the machine alive;
 	// RenewInterval how often it is renewed (a fraction of it).
 	LeaseDuration, RenewInterval time.Duration
@@ -66,6 +69,7 @@ type Agent struct {
 
 	mu      sync.Mutex
 	running map[string]*task // by task ref
+	logAddr string           // where logs are served ("" if not)
 }
 
 // task is one task the agent runs.
@@ -87,6 +91,9 @@ func New(c *clientlib.Client, cfg Config) (*Agent, error) {
 
 // Run registers the machine, then runs its tasks until ctx ends.
 func (a *Agent) Run(ctx context.Context) error {
+	if err := a.serveLogs(ctx); err != nil {
+		return err
+	}
 	if err := a.register(ctx); err != nil {
 		return err
 	}
@@ -114,7 +121,7 @@ func (a *Agent) Run(ctx context.Context) error {
 // register creates or refreshes the machine and its lease.
 func (a *Agent) register(ctx context.Context) error {
 	want := &troupev1.Machine{Metadata: &troupev1.ObjectMeta{Name: a.cfg.Machine, Labels: a.cfg.Labels},
-		Spec: &troupev1.MachineSpec{Capacity: a.cfg.Capacity, Taints: a.cfg.Taints, AgentAddress: a.cfg.AgentAddress}}
+		Spec: &troupev1.MachineSpec{Capacity: a.cfg.Capacity, Taints: a.cfg.Taints, AgentAddress: a.logAddr}}
 	m, err := clientlib.Get(ctx, a.c, clientlib.Machines, clientlib.Machines.Prefix+a.cfg.Machine)
 	switch {
 	case errors.Is(err, clientlib.ErrNotFound):

@@ -26,7 +26,10 @@ type Exec struct {
 	Dir string
 }
 
-var _ Runtime = (*Exec)(nil)
+var (
+	_ Runtime = (*Exec)(nil)
+	_ Logs    = (*Exec)(nil)
+)
 
 // TaskDir is where the task's logs (and default working directory) are.
 func (e *Exec) TaskDir(ref string) string { return filepath.Join(e.Dir, filepath.FromSlash(ref)) }

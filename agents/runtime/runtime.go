@@ -32,3 +32,9 @@ type Runtime interface {
 	// Start starts the task of a Binding.
 	Start(ctx context.Context, b *troupev1.Binding) (Process, error)
 }
+
+// Logs is a Runtime that keeps its tasks' output in files.
+type Logs interface {
+	// TaskDir is where the task's stdout.log and stderr.log are.
+	TaskDir(ref string) string
+}

@@ -280,6 +280,7 @@ func (ctl *Controller) finish(ctx context.Context, t *troupev1.Task, phase troup
 }
 
 func (ctl *Controller) finishStatus(ctx context.Context, t *troupev1.Task, st *troupev1.TaskStatus) error {
+	st.Machine = t.GetBinding().GetMachine()
 	tx := clientlib.NewTxn(ctl.c)
 	g := tx.Group()
 	u := clientlib.Unbind(g, t)

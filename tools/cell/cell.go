@@ -142,13 +142,13 @@ func (c *Cell) start() error {
 	c.run(gcol.Run)
 	if c.cfg.ExecMachine != "" {
 		c.Exec = &runtime.Exec{Dir: filepath.Join(c.cfg.DataDir, "tasks")}
-		if err := c.StartAgent(c.cfg.ExecMachine, c.cfg.ExecCapacity, map[string]string{"zone": "local"}, c.Exec); err != nil {
+		if err := c.StartAgent(c.cfg.ExecMachine, c.cfg.ExecCapacity, map[string]string{"zone": "local"}, c.Exec, "127.0.0.1:0"); err != nil {
 			return err
 		}
 	}
 	sim := &runtime.Sim{DefaultDuration: 10 * time.Second}
 	for i := range c.cfg.Hollow {
-		if err := c.StartAgent(HollowName(i), c.cfg.HollowCapacity, map[string]string{"zone": fmt.Sprintf("z%d", i%4), "hollow": "true"}, sim); err != nil {
+		if err := c.StartAgent(HollowName(i), c.cfg.HollowCapacity, map[string]string{"zone": fmt.Sprintf("z%d", i%4), "hollow": "true"}, sim, ""); err != nil {
 			return err
 		}
 	}
@@ -166,9 +166,10 @@ func (c *Cell) run(f func(context.Context) error) {
 	}()
 }
 
-// StartAgent starts an agent for machine.
-func (c *Cell) StartAgent(machine string, capacity map[string]int64, labels map[string]string, rt runtime.Runtime) error {
-	a, err := agent.New(c.Client, agent.Config{Machine: machine, Capacity: capacity, Labels: labels, Runtime: rt,
+// StartAgent starts an agent for machine, serving its tasks' logs on
+// logAddr when set.
+func (c *Cell) StartAgent(machine string, capacity map[string]int64, labels map[string]string, rt runtime.Runtime, logAddr string) error {
+	a, err := agent.New(c.Client, agent.Config{Machine: machine, Capacity: capacity, Labels: labels, Runtime: rt, LogAddr: logAddr,
 		LeaseDuration: c.cfg.LeaseDuration, RenewInterval: c.cfg.LeaseDuration / 5, StopGrace: 10 * time.Second,
 		Now: time.Now, Logger: c.cfg.Logger})
 	if err != nil {

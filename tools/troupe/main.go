@@ -6,6 +6,7 @@
 //	troupe get      list machines, jobs, tasks or schedulers
 //	troupe delete   delete the objects of manifests, or a job
 //	troupe job      run a job file, stop a job
+//	troupe logs     print a task's output, from its machine's agent
 //	troupe status   show a store node's status
 //	troupe bench    run benchmarks
 package main
@@ -28,6 +29,7 @@ func commands() []command {
 		{"get", "list machines, jobs, tasks or schedulers", runGet},
 		{"delete", "delete the objects of manifests, or a job by name", runDelete},
 		{"job", "run FILE (apply) or stop NAME", runJob},
+		{"logs", "print a task's output", runLogs},
 		{"status", "show a store node's status", runStatus},
 		{"bench", "run benchmarks (store workloads, cache)", runBench},
 	}

@@ -83,6 +83,9 @@ spec:
 	if err != nil || !strings.Contains(string(log), "hi from default/greet/2") {
 		t.Fatalf("task log: %q %v", log, err)
 	}
+	if out, err := run("logs", "greet-2"); err != nil || strings.TrimSpace(out) != "hi from default/greet/2" {
+		t.Fatalf("logs: %q %v", out, err)
+	}
 	if out, err := run("job", "stop", "greet"); err != nil || !strings.Contains(out, "job/default/greet stopped") {
 		t.Fatalf("job stop: %q %v", out, err)
 	}
