@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	mrand "math/rand/v2"
 	"net"
 	"strconv"
@@ -20,10 +19,8 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 
 	"github.com/troupe-cluster/troupe/cellstore/keyspace"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
@@ -577,180 +574,4 @@ func registerMetric[C prometheus.Collector](reg prometheus.Registerer, col C) (C
 		}
 	}
 	return col, fmt.Errorf("clientlib: register metrics: %w", err)
-}
-
-// ErrCompacted matches (errors.Is) the error of a Watcher whose cursor is
-// older than the store's change log: the changes in between are lost, and
-// the caller relists and watches again (see CompactedError).
-var ErrCompacted = errors.New("watch cursor compacted")
-
-// CompactedError details ErrCompacted: which shard had dropped the
-// revisions the cursor needed, and the oldest cursor the store can resume
-// from.
-type CompactedError struct {
-	Shard             uint32
-	RequestedRevision uint64 // the first revision the cursor needed
-	OldestRevision    uint64 // the oldest revision the shard keeps
-	OldestCursor      []byte
-}
-
-func (e *CompactedError) Error() string {
-	return fmt.Sprintf("watch cursor compacted: shard %d needed revision %d, the oldest kept is %d; relist, or watch from the oldest cursor",
-		e.Shard, e.RequestedRevision, e.OldestRevision)
-}
-
-// Unwrap makes errors.Is(err, ErrCompacted) true.
-func (e *CompactedError) Unwrap() error { return ErrCompacted }
-
-// errWatcherClosed is the cause of a Watcher's end by Close; it matches
-// context.Canceled.
-var errWatcherClosed = fmt.Errorf("watcher closed: %w", context.Canceled)
-
-// Watcher follows the changes under a prefix. Next returns them one
-// response at a time; a broken stream is reopened on another endpoint from
-// the last cursor delivered, so a Watcher neither skips nor repeats a
-// change across reconnections. Next is called by one goroutine at a time;
-// Close may be called by any goroutine, at any time.
-type Watcher struct {
-	c      *Client
-	prefix string
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-
-	// The fields below belong to the goroutine calling Next.
-	cursor       []byte // resume point: the last cursor delivered
-	stream       storev1.Store_WatchClient
-	streamCancel context.CancelFunc
-	streamEp     int
-	failures     int   // consecutive failed streams
-	err          error // set once the watch has ended for good
-}
-
-// Watch starts following the changes under prefix after cursor (from List
-// or an earlier response). An empty cursor means "from now": Watch then
-// reads the current revisions first (retried like Get; if that fails,
-// Next returns the error), so that reconnections never lose what changed
-// between the start and the first response. The watch ends when ctx ends
-// or Close is called.
-func (c *Client) Watch(ctx context.Context, prefix string, cursor []byte) *Watcher {
-	wctx, cancel := context.WithCancelCause(ctx)
-	w := &Watcher{c: c, prefix: prefix, ctx: wctx, cancel: cancel, cursor: bytes.Clone(cursor)}
-	if len(cursor) == 0 {
-		resp, err := c.rangePage(wctx, &storev1.RangeRequest{Prefix: prefix, Limit: 1}, 1)
-		if err != nil {
-			w.err = fmt.Errorf("clientlib: watch %q: read the current cursor: %w", prefix, err)
-		} else {
-			w.cursor = resp.GetCursor()
-		}
-	}
-	return w
-}
-
-// Next blocks until the next response: events of one shard in commit
-// order, or a progress notification that only moves the cursor. It
-// returns an error when the watch has ended: a compacted cursor (matching
-// ErrCompacted, detailed by a *CompactedError), ctx's end or Close, an
-// answer that is not retryable, or RetryPolicy.MaxAttempts consecutive
-// failed reconnections. Once it has returned an error it returns the same
-// one.
-func (w *Watcher) Next() (*storev1.WatchResponse, error) {
-	for w.err == nil {
-		if w.stream == nil {
-			if err := w.open(); err != nil {
-				w.broken(err)
-				continue
-			}
-		}
-		resp, err := w.stream.Recv()
-		if err != nil {
-			w.broken(err)
-			continue
-		}
-		if len(resp.GetCursor()) > 0 {
-			w.cursor = resp.GetCursor()
-		}
-		w.failures = 0
-		return resp, nil
-	}
-	return nil, w.err
-}
-
-// Close ends the watch and releases its stream.
-func (w *Watcher) Close() { w.cancel(errWatcherClosed) }
-
-// open starts a stream on the current endpoint from w.cursor.
-func (w *Watcher) open() error {
-	w.streamEp = w.c.current()
-	sctx, cancel := context.WithCancel(w.ctx)
-	stream, err := w.c.eps[w.streamEp].store.Watch(sctx, &storev1.WatchRequest{Prefix: w.prefix, Cursor: w.cursor})
-	if err != nil {
-		cancel()
-		return err
-	}
-	w.stream, w.streamCancel = stream, cancel
-	return nil
-}
-
-// broken handles the end of a stream (or a failure to open one): it ends
-// the watch for good, or waits a backoff after moving the client on from
-// an endpoint that failed, so that Next opens a new stream.
-func (w *Watcher) broken(err error) {
-	if w.streamCancel != nil {
-		w.streamCancel()
-	}
-	w.stream, w.streamCancel = nil, nil
-	addr := w.c.eps[w.streamEp].addr
-	code := codeOf(err)
-	if errors.Is(err, io.EOF) {
-		code = codes.OK // the server ended the stream without an error
-	}
-	w.c.metrics.requests.WithLabelValues("Watch", code.String()).Inc()
-	if w.ctx.Err() != nil {
-		w.err = fmt.Errorf("clientlib: watch %q: %w", w.prefix, context.Cause(w.ctx))
-		return
-	}
-	if w.c.isClosed() {
-		w.err = fmt.Errorf("clientlib: watch %q: the client is closed: %w", w.prefix, err)
-		return
-	}
-	if ce := compactedFrom(err); ce != nil {
-		w.err = fmt.Errorf("clientlib: watch %q on %s: %w", w.prefix, addr, ce)
-		return
-	}
-	// A stream the server ends or cancels (it is stopping) is reopened
-	// like one that finds its node unavailable.
-	if code != codes.OK && code != codes.Canceled && !retryableCode(code) {
-		w.err = fmt.Errorf("clientlib: watch %q on %s: %w", w.prefix, addr, err)
-		return
-	}
-	w.failures++
-	if w.failures >= w.c.cfg.Retry.MaxAttempts {
-		w.err = fmt.Errorf("clientlib: watch %q: gave up after %d failed streams in a row, last on %s: %w", w.prefix, w.failures, addr, err)
-		return
-	}
-	if code != codes.ResourceExhausted {
-		w.c.failover(w.streamEp, err)
-	}
-	w.c.metrics.retries.WithLabelValues("Watch").Inc()
-	w.c.log.Debug("watch stream broken; reopening", zap.String("prefix", w.prefix), zap.String("endpoint", addr),
-		zap.Int("failures", w.failures), zap.Error(err))
-	if sleepCtx(w.ctx, w.c.cfg.Retry.backoff(w.failures, mrand.Float64())) != nil {
-		w.err = fmt.Errorf("clientlib: watch %q: %w", w.prefix, context.Cause(w.ctx))
-	}
-}
-
-// compactedFrom returns the CompactedError an OUT_OF_RANGE watch error
-// carries, or nil.
-func compactedFrom(err error) *CompactedError {
-	st, ok := status.FromError(err)
-	if !ok || st.Code() != codes.OutOfRange {
-		return nil
-	}
-	for _, d := range st.Details() {
-		if cd, ok := d.(*storev1.CompactedDetail); ok {
-			return &CompactedError{Shard: cd.GetShard(), RequestedRevision: cd.GetRequestedRevision(),
-				OldestRevision: cd.GetOldestRevision(), OldestCursor: cd.GetOldestCursor()}
-		}
-	}
-	return nil
 }
