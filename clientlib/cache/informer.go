@@ -251,3 +251,23 @@ type Object interface {
 }
 
 func version[T Object](obj T) uint64 { return obj.GetMetadata().GetVersion() }
+
+// Syncer is an informer as Start sees it.
+type Syncer interface {
+	Run(ctx context.Context) error
+	WaitForSync(ctx context.Context) error
+}
+
+// Start runs each informer until ctx ends and waits until all have
+// synced (or ctx ends).
+func Start(ctx context.Context, informers ...Syncer) error {
+	for _, inf := range informers {
+		go inf.Run(ctx)
+	}
+	for _, inf := range informers {
+		if err := inf.WaitForSync(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -45,14 +45,8 @@ func New(c *clientlib.Client, cfg Config) (*Collector, error) {
 
 // Run collects every Interval until ctx ends.
 func (gc *Collector) Run(ctx context.Context) error {
-	for _, inf := range []interface {
-		Run(context.Context) error
-		WaitForSync(context.Context) error
-	}{gc.runs, gc.tasks} {
-		go inf.Run(ctx)
-		if err := inf.WaitForSync(ctx); err != nil {
-			return err
-		}
+	if err := cache.Start(ctx, gc.runs, gc.tasks); err != nil {
+		return err
 	}
 	t := time.NewTicker(gc.cfg.Interval)
 	defer t.Stop()

@@ -90,14 +90,8 @@ func jobFromKey(key, prefix string) string { return strings.TrimPrefix(key, pref
 
 // Run reconciles jobs until ctx ends.
 func (ctl *Controller) Run(ctx context.Context) error {
-	for _, inf := range []interface {
-		Run(context.Context) error
-		WaitForSync(context.Context) error
-	}{ctl.jobs, ctl.tasks, ctl.runs} {
-		go inf.Run(ctx)
-		if err := inf.WaitForSync(ctx); err != nil {
-			return err
-		}
+	if err := cache.Start(ctx, ctl.jobs, ctl.tasks, ctl.runs); err != nil {
+		return err
 	}
 	go func() {
 		<-ctx.Done()

@@ -51,14 +51,8 @@ func New(c *clientlib.Client, cfg Config) (*Controller, error) {
 
 // Run checks leases every Interval until ctx ends.
 func (ctl *Controller) Run(ctx context.Context) error {
-	for _, inf := range []interface {
-		Run(context.Context) error
-		WaitForSync(context.Context) error
-	}{ctl.machines, ctl.leases, ctl.tasks} {
-		go inf.Run(ctx)
-		if err := inf.WaitForSync(ctx); err != nil {
-			return err
-		}
+	if err := cache.Start(ctx, ctl.machines, ctl.leases, ctl.tasks); err != nil {
+		return err
 	}
 	t := time.NewTicker(ctl.cfg.Interval)
 	defer t.Stop()

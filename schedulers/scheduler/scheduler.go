@@ -135,13 +135,8 @@ func (s *Scheduler) Stats() Snapshot { return s.stats.snapshot(s.cfg.Now()) }
 
 // Run schedules until ctx ends.
 func (s *Scheduler) Run(ctx context.Context) error {
-	for _, run := range []func(context.Context) error{s.machines.Run, s.tasks.Run, s.counters.Run} {
-		go run(ctx)
-	}
-	for _, sync := range []func(context.Context) error{s.machines.WaitForSync, s.tasks.WaitForSync, s.counters.WaitForSync} {
-		if err := sync(ctx); err != nil {
-			return err
-		}
+	if err := cache.Start(ctx, s.machines, s.tasks, s.counters); err != nil {
+		return err
 	}
 	s.wakePending()
 	if s.cfg.PublishInterval > 0 {

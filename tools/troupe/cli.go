@@ -49,6 +49,12 @@ func runApply(args []string) error {
 	if len(files) == 0 {
 		return errors.New("apply: give -f FILE|DIR")
 	}
+	return eachManifest(files, func(m clientlib.Manifest) (string, error) { return applyObject(ctx, c, m) })
+}
+
+// eachManifest calls do for every object of the manifest files (or
+// directories) in files, in order, and prints what it did.
+func eachManifest(files []string, do func(m clientlib.Manifest) (string, error)) error {
 	paths, err := manifestPaths(files)
 	if err != nil {
 		return err
@@ -63,7 +69,7 @@ func runApply(args []string) error {
 			return fmt.Errorf("%s: %w", p, err)
 		}
 		for _, m := range ms {
-			what, err := applyObject(ctx, c, m)
+			what, err := do(m)
 			if err != nil {
 				return fmt.Errorf("%s:%d: %w", p, m.Line, err)
 			}

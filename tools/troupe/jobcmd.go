@@ -4,7 +4,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/troupe-cluster/troupe/clientlib"
@@ -40,37 +39,20 @@ func runDelete(args []string) error {
 	if len(files) == 0 {
 		return errors.New("delete: give -f FILE|DIR or job NAME")
 	}
-	paths, err := manifestPaths(files)
-	if err != nil {
-		return err
-	}
-	for _, p := range paths {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			return err
+	return eachManifest(files, func(m clientlib.Manifest) (string, error) {
+		var err error
+		switch o := m.Object.(type) {
+		case *troupev1.Job:
+			err = clientlib.Delete(ctx, c, clientlib.Jobs, o)
+		case *troupev1.Machine:
+			err = clientlib.Delete(ctx, c, clientlib.Machines, o)
+		case *troupev1.ValidationPolicy:
+			err = clientlib.Delete(ctx, c, clientlib.ValidationPolicies, o)
+		default:
+			err = fmt.Errorf("kind %s is not deleted from manifests", m.Kind)
 		}
-		ms, err := clientlib.DecodeManifests(data)
-		if err != nil {
-			return fmt.Errorf("%s: %w", p, err)
-		}
-		for _, m := range ms {
-			switch o := m.Object.(type) {
-			case *troupev1.Job:
-				err = clientlib.Delete(ctx, c, clientlib.Jobs, o)
-			case *troupev1.Machine:
-				err = clientlib.Delete(ctx, c, clientlib.Machines, o)
-			case *troupev1.ValidationPolicy:
-				err = clientlib.Delete(ctx, c, clientlib.ValidationPolicies, o)
-			default:
-				err = fmt.Errorf("kind %s is not deleted from manifests", m.Kind)
-			}
-			if err != nil {
-				return fmt.Errorf("%s:%d: %w", p, m.Line, err)
-			}
-			fmt.Printf("%s/%s deleted\n", strings.ToLower(m.Kind), displayName(m.Object))
-		}
-	}
-	return nil
+		return "deleted", err
+	})
 }
 
 // runJob is `troupe job run FILE` (apply) and `troupe job stop NAME`.
