@@ -5,8 +5,15 @@
 // /runs/<m>/...), which is what makes per-machine authorization a prefix
 // rule.
 //
-// Retries of failed tasks are the job controller's: it replaces a failed
-// task by its next attempt, which comes back as a new binding.
+// Restarts are shared with the job controller. The agent restarts a
+// task's process in place as the task's restart policy says (ALWAYS: after
+// any exit, ON_FAILURE: after a non-zero one), with an exponential
+// back-off, at most max_retries - attempt times for a batch task, and
+// keeps its Run RUNNING meanwhile, counting restarts; when it gives up it
+// reports the Run FAILED, and the job controller fails the task. Under
+// NEVER the failed Run is reported at once and the job controller
+// replaces the task by its next attempt, which comes back as a new
+// binding, maybe on another machine.
 package agent
 
 import (
@@ -44,8 +51,33 @@ type Config struct {
 	LeaseDuration, RenewInterval time.Duration
 	// StopGrace is the time between SIGTERM and SIGKILL.
 	StopGrace time.Duration
-	Now       func() time.Time
-	Logger    *zap.Logger
+	// RestartBackoff is the first back-off of in-place restarts for tasks
+	// without a retry_backoff; back-offs double up to MaxRestartBackoff and
+	// start again from the first after a run that lasted
+	// RestartBackoffReset. Zero values are 1s, 5m and 10m (kubelet's cap
+	// and reset).
+	RestartBackoff, MaxRestartBackoff, RestartBackoffReset time.Duration
+	// Now and After are the clock and its timer (After nil: time.After).
+	Now    func() time.Time
+	After  func(time.Duration) <-chan time.Time
+	Logger *zap.Logger
+}
+
+// withDefaults fills in the zero restart back-offs and timer.
+func (c Config) withDefaults() Config {
+	if c.RestartBackoff <= 0 {
+		c.RestartBackoff = time.Second
+	}
+	if c.MaxRestartBackoff <= 0 {
+		c.MaxRestartBackoff = 5 * time.Minute
+	}
+	if c.RestartBackoffReset <= 0 {
+		c.RestartBackoffReset = 10 * time.Minute
+	}
+	if c.After == nil {
+		c.After = time.After
+	}
+	return c
 }
 
 // Validate checks the configuration.
@@ -69,14 +101,8 @@ type Agent struct {
 
 	mu      sync.Mutex
 	running map[string]*task // by task ref
+	tasks   sync.WaitGroup   // the running tasks' goroutines
 	logAddr string           // where logs are served ("" if not)
-}
-
-// task is one task the agent runs.
-type task struct {
-	attempt int32
-	proc    runtime.Process
-	stopped bool
 }
 
 // New returns an agent over client c.
@@ -84,7 +110,7 @@ func New(c *clientlib.Client, cfg Config) (*Agent, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, c: c, running: map[string]*task{}}
+	a := &Agent{cfg: cfg.withDefaults(), c: c, running: map[string]*task{}}
 	a.bindings = clientlib.NewInformer(c, clientlib.Bindings, cfg.Machine+"/", nil)
 	return a, nil
 }
@@ -108,7 +134,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			// Stop the tasks and wait for them to end (a grace period at
+			// most), so that no process outlives its agent.
 			a.stopAll()
+			a.tasks.Wait()
 			return ctx.Err()
 		case <-t.C:
 			if err := a.renew(ctx); err != nil && ctx.Err() == nil {
@@ -156,75 +185,11 @@ func (a *Agent) renew(ctx context.Context) error {
 	return err
 }
 
-// start runs the task of binding b unless it already runs that attempt.
-func (a *Agent) start(ctx context.Context, b *troupev1.Binding) {
-	ref, attempt := b.GetMetadata().GetName(), b.GetTask().GetAttempt()
-	a.mu.Lock()
-	if cur, ok := a.running[ref]; ok && cur.attempt == attempt {
-		a.mu.Unlock()
-		return
-	}
-	a.mu.Unlock()
-	started := a.cfg.Now()
-	proc, err := a.cfg.Runtime.Start(ctx, b)
-	if err != nil {
-		a.report(ctx, b, &troupev1.Run{Phase: troupev1.RunPhase_RUN_PHASE_FAILED, ExitCode: -1, Reason: err.Error(),
-			Started: timestamppb.New(started), Finished: timestamppb.New(a.cfg.Now())})
-		return
-	}
-	t := &task{attempt: attempt, proc: proc}
-	a.mu.Lock()
-	a.running[ref] = t
-	a.mu.Unlock()
-	a.report(ctx, b, &troupev1.Run{Phase: troupev1.RunPhase_RUN_PHASE_RUNNING, Started: timestamppb.New(started)})
-	go func() {
-		<-proc.Done()
-		exit := proc.Exit()
-		a.mu.Lock()
-		if a.running[ref] == t {
-			delete(a.running, ref)
-		}
-		a.mu.Unlock()
-		phase := troupev1.RunPhase_RUN_PHASE_SUCCEEDED
-		switch {
-		case exit.Killed:
-			phase = troupev1.RunPhase_RUN_PHASE_KILLED
-		case exit.Code != 0:
-			phase = troupev1.RunPhase_RUN_PHASE_FAILED
-		}
-		// A task that ended because the agent is going away is not
-		// reported: the machine's lease runs out and the node lifecycle
-		// controller takes its tasks away, as for a crashed machine.
-		if ctx.Err() != nil {
-			return
-		}
-		a.report(ctx, b, &troupev1.Run{Phase: phase, ExitCode: int32(exit.Code), Reason: exit.Reason,
-			Started: timestamppb.New(started), Finished: timestamppb.New(a.cfg.Now())})
-	}()
-}
-
-// stop stops the task of ref (its binding is gone).
-func (a *Agent) stop(ref string) {
-	a.mu.Lock()
-	t, ok := a.running[ref]
-	a.mu.Unlock()
-	if ok {
-		t.proc.Stop(a.cfg.StopGrace)
-	}
-}
-
-func (a *Agent) stopAll() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, t := range a.running {
-		t.proc.Stop(a.cfg.StopGrace)
-	}
-}
-
 // report writes the Run of binding b's task (the agent is its only
 // writer, so a conflict only means a concurrent report of the same task:
 // read and write again).
 func (a *Agent) report(ctx context.Context, b *troupev1.Binding, run *troupev1.Run) {
+	run = proto.Clone(run).(*troupev1.Run)
 	run.Metadata = &troupev1.ObjectMeta{Name: b.GetMetadata().GetName()}
 	run.Machine, run.Attempt = a.cfg.Machine, b.GetTask().GetAttempt()
 	key := clientlib.Runs.Prefix + a.cfg.Machine + "/" + b.GetMetadata().GetName()

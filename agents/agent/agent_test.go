@@ -48,7 +48,8 @@ func TestBatchJobOfRealProcesses(t *testing.T) {
 		rt := &runtime.Exec{Dir: t.TempDir()}
 		runtimes[m] = rt
 		a, err := agent.New(client(), agent.Config{Machine: m, Capacity: map[string]int64{"cpu": 2000, "memory": 1 << 30},
-			Runtime: rt, LeaseDuration: 10 * time.Second, RenewInterval: time.Second, StopGrace: time.Second, Now: time.Now, Logger: zap.NewNop()})
+			Runtime: rt, LeaseDuration: 10 * time.Second, RenewInterval: time.Second, StopGrace: time.Second,
+			RestartBackoff: 10 * time.Millisecond, Now: time.Now, Logger: zap.NewNop()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,16 +72,19 @@ func TestBatchJobOfRealProcesses(t *testing.T) {
 	go ctl.Run(ctx)
 
 	c := client()
-	submit := func(name, script string, count, retries int32) {
+	submit := func(name, script string, count, retries int32, policy troupev1.RestartPolicy) {
 		if _, err := clientlib.Create(ctx, c, clientlib.Jobs, &troupev1.Job{Metadata: &troupev1.ObjectMeta{Name: name, Namespace: "ns"},
-			Spec: &troupev1.JobSpec{Count: count, MaxRetries: retries, RetryBackoff: durationpb.New(0),
+			Spec: &troupev1.JobSpec{Count: count, MaxRetries: retries, RetryBackoff: durationpb.New(0), RestartPolicy: policy,
 				Template: &troupev1.TaskTemplate{Command: "/bin/sh", Args: []string{"-c", script}, Env: map[string]string{"GREETING": "hello"},
 					Requests: map[string]int64{"cpu": 500}}}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	submit("ok", `echo "$GREETING from $TROUPE_TASK"; echo warn >&2`, 6, 0)
-	submit("bad", `exit 3`, 1, 1)
+	submit("ok", `echo "$GREETING from $TROUPE_TASK"; echo warn >&2`, 6, 0, troupev1.RestartPolicy_RESTART_POLICY_UNSPECIFIED)
+	// A failing task is restarted in place by its agent (ON_FAILURE, the
+	// batch default), or replaced by the job controller (NEVER).
+	submit("bad", `exit 3`, 1, 1, troupev1.RestartPolicy_RESTART_POLICY_UNSPECIFIED)
+	submit("worse", `exit 4`, 1, 1, troupev1.RestartPolicy_RESTART_POLICY_NEVER)
 	waitPhase := func(name string, want troupev1.JobPhase) *troupev1.Job {
 		tick := time.NewTicker(20 * time.Millisecond)
 		defer tick.Stop()
@@ -119,13 +123,16 @@ func TestBatchJobOfRealProcesses(t *testing.T) {
 	if found != 6 {
 		t.Fatalf("found the logs of %d tasks, want 6", found)
 	}
-	bad := waitPhase("bad", troupev1.JobPhase_JOB_PHASE_FAILED)
-	if bad.GetStatus().GetRetries() != 1 {
-		t.Fatalf("bad: %v", bad.GetStatus())
-	}
-	tk, err := clientlib.Get(ctx, c, clientlib.Tasks, "/tasks/ns/bad/0")
-	if err != nil || tk.GetStatus().GetExitCode() != 3 || tk.GetSpec().GetAttempt() != 1 {
-		t.Fatalf("failed task: %v %v", tk, err)
+	for _, f := range []struct {
+		job                         string
+		exit, attempt, restarts, re int32
+	}{{"bad", 3, 0, 1, 0}, {"worse", 4, 1, 0, 1}} {
+		j := waitPhase(f.job, troupev1.JobPhase_JOB_PHASE_FAILED)
+		tk, err := clientlib.Get(ctx, c, clientlib.Tasks, "/tasks/ns/"+f.job+"/0")
+		if err != nil || tk.GetStatus().GetExitCode() != f.exit || tk.GetSpec().GetAttempt() != f.attempt ||
+			tk.GetStatus().GetRestarts() != f.restarts || j.GetStatus().GetRetries() != f.re {
+			t.Fatalf("%s: failed task %v (%v), job %v; want attempt %d, restarts %d, replacements %d", f.job, tk, err, j.GetStatus(), f.attempt, f.restarts, f.re)
+		}
 	}
 	// Machines are free again.
 	for m := range runtimes {
@@ -162,5 +169,131 @@ func TestExecStop(t *testing.T) {
 	}
 	if e := p.Exit(); !e.Killed || e.Code != 128+9 {
 		t.Fatalf("exit %+v, want killed by SIGKILL", e)
+	}
+}
+
+// timers stands in for a clock's timer: each After is handed to the test,
+// which fires it.
+type timers chan timer
+
+type timer struct {
+	d    time.Duration
+	fire chan time.Time
+}
+
+func (ts timers) After(d time.Duration) <-chan time.Time {
+	tm := timer{d: d, fire: make(chan time.Time, 1)}
+	ts <- tm
+	return tm.fire
+}
+
+func (ts timers) next(t *testing.T) timer {
+	t.Helper()
+	select {
+	case tm := <-ts:
+		return tm
+	case <-time.After(10 * time.Second):
+		t.Fatal("no timer started")
+		return timer{}
+	}
+}
+
+// An agent restarts a task's process in place as its restart policy says,
+// backing off, keeping its Run RUNNING with the restarts counted; a batch
+// task gives up after max_retries - attempt restarts and its Run fails; a
+// task stopped in its back-off is not restarted. Simulated tasks; the
+// runs' ends and the back-offs are fired by the test.
+func TestRestartInPlace(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	lc, err := localcell.Start(ctx, localcell.Config{Dir: t.TempDir(), Replicas: 1, Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lc.Close()
+	c, err := clientlib.New(clientlib.DefaultConfig(lc.Endpoints()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	runs, backoffs := make(timers, 16), make(timers, 16)
+	a, err := agent.New(c, agent.Config{Machine: "m", Capacity: map[string]int64{"cpu": 1000, "memory": 1 << 30}, Runtime: &runtime.Sim{After: runs.After},
+		LeaseDuration: 10 * time.Second, RenewInterval: time.Second, StopGrace: time.Second, After: backoffs.After, Now: time.Now, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		if err := a.Run(ctx); ctx.Err() == nil {
+			t.Errorf("agent: %v", err)
+		}
+	}()
+	bind := func(job string, spec *troupev1.TaskSpec) *troupev1.Binding {
+		spec.Job, spec.Template.Command = job, "x"
+		b, err := clientlib.Create(ctx, c, clientlib.Bindings, &troupev1.Binding{Metadata: &troupev1.ObjectMeta{Name: "ns/" + job + "/0"}, Machine: "m", Task: spec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	run := func(job string) *troupev1.Run {
+		r, err := clientlib.Get(ctx, c, clientlib.Runs, "/runs/m/ns/"+job+"/0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	waitRun := func(job string, phase troupev1.RunPhase) *troupev1.Run {
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			r, err := clientlib.Get(ctx, c, clientlib.Runs, "/runs/m/ns/"+job+"/0")
+			if err == nil && r.GetPhase() == phase {
+				return r
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("run of %s: %v (%v), want %v", job, r, err, phase)
+			case <-tick.C:
+			}
+		}
+	}
+
+	// A batch task failing every time, attempt 1 of max_retries 3: two
+	// restarts, 200 ms then 400 ms after its retry_backoff.
+	bind("crash", &troupev1.TaskSpec{Type: troupev1.JobType_JOB_TYPE_BATCH, RestartPolicy: troupev1.RestartPolicy_RESTART_POLICY_ON_FAILURE,
+		MaxRetries: 3, Attempt: 1, RetryBackoff: durationpb.New(200 * time.Millisecond), Template: &troupev1.TaskTemplate{SimExitCode: 3}})
+	for i, want := range []time.Duration{200 * time.Millisecond, 400 * time.Millisecond} {
+		runs.next(t).fire <- time.Time{} // the process exits 3
+		b := backoffs.next(t)
+		// The back-off is reported before it starts.
+		if r := run("crash"); b.d != want || r.GetPhase() != troupev1.RunPhase_RUN_PHASE_RUNNING || r.GetRestarts() != int32(i+1) ||
+			r.GetExitCode() != 3 || !strings.Contains(r.GetReason(), "back-off") || r.GetAttempt() != 1 {
+			t.Fatalf("restart %d: back-off %v (want %v), run %v", i+1, b.d, want, r)
+		}
+		b.fire <- time.Time{}
+	}
+	runs.next(t).fire <- time.Time{}
+	if r := waitRun("crash", troupev1.RunPhase_RUN_PHASE_FAILED); r.GetRestarts() != 2 || r.GetExitCode() != 3 || r.GetFinished() == nil {
+		t.Fatalf("given up: %v", r)
+	}
+
+	// A service that exits 0 is restarted too (ALWAYS); stopped in its
+	// back-off, it is not restarted.
+	web := bind("web", &troupev1.TaskSpec{Type: troupev1.JobType_JOB_TYPE_SERVICE, RestartPolicy: troupev1.RestartPolicy_RESTART_POLICY_ALWAYS,
+		Template: &troupev1.TaskTemplate{}})
+	runs.next(t).fire <- time.Time{}
+	if b := backoffs.next(t); b.d != time.Second {
+		t.Fatalf("default back-off %v", b.d)
+	}
+	if err := clientlib.Delete(ctx, c, clientlib.Bindings, web); err != nil {
+		t.Fatal(err)
+	}
+	if r := waitRun("web", troupev1.RunPhase_RUN_PHASE_KILLED); r.GetRestarts() != 1 {
+		t.Fatalf("stopped in back-off: %v", r)
+	}
+	select {
+	case tm := <-runs:
+		t.Fatalf("a stopped task was started again (%v)", tm.d)
+	default:
 	}
 }

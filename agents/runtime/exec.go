@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
@@ -19,11 +20,32 @@ import (
 // Exec runs tasks as real processes: the template's command with its args
 // and env, in its working directory (default: a directory per task under
 // Dir), stdout and stderr appended to stdout.log and stderr.log in the
-// task's directory. A stopped task gets SIGTERM, then SIGKILL after the
-// grace period; its whole process group is signalled.
+// task's directory, each run in its own cgroup when Cgroups is set. A
+// stopped task gets SIGTERM, then SIGKILL after the grace period; its
+// whole process group is signalled.
 type Exec struct {
 	// Dir holds one directory per task: <Dir>/<namespace>/<job>/<index>.
 	Dir string
+	// Cgroups, if set, limits each run to its template's CPU and memory
+	// limits (or requests); a run the OOM killer ended exits with reason
+	// "OOMKilled". Nil runs tasks without limits.
+	Cgroups *Cgroups
+	// Logger reports what is not a task's exit (a cgroup left behind);
+	// nil logs nothing.
+	Logger *zap.Logger
+}
+
+// NewExec returns an Exec keeping its tasks under dir, confined by cgroups
+// when this host lets the agent make them; when it does not, it says why,
+// once.
+func NewExec(dir string, log *zap.Logger) *Exec {
+	cg, err := DetectCgroups()
+	if err != nil {
+		log.Warn("exec tasks run without CPU and memory limits", zap.Error(err))
+	} else {
+		log.Info("exec tasks run in cgroups", zap.Bool("v2", cg.v2), zap.String("cpu", cg.cpu), zap.String("memory", cg.memory))
+	}
+	return &Exec{Dir: dir, Cgroups: cg, Logger: log}
 }
 
 var (
@@ -65,19 +87,69 @@ func (e *Exec) Start(_ context.Context, b *troupev1.Binding) (Process, error) {
 	cmd.Env = append(cmd.Env, "TROUPE_TASK="+b.GetMetadata().GetName(), "TROUPE_MACHINE="+b.GetMachine())
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	closeLogs := func() { stdout.Close(); stderr.Close() }
+	cg, err := e.cgroup(b, cmd)
+	if err != nil {
+		closeLogs()
+		return nil, err
+	}
 	if err := cmd.Start(); err != nil {
-		stdout.Close()
-		stderr.Close()
+		closeLogs()
+		e.removeCgroup(cg)
 		return nil, fmt.Errorf("exec: start %s: %w", tmpl.GetCommand(), err)
+	}
+	if cg != nil {
+		if err := cg.join(cmd.Process.Pid); err != nil {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			_ = cmd.Wait()
+			closeLogs()
+			e.removeCgroup(cg)
+			return nil, fmt.Errorf("exec: %w", err)
+		}
 	}
 	p := &execProcess{cmd: cmd, done: make(chan struct{})}
 	go func() {
 		err := cmd.Wait()
-		stdout.Close()
-		stderr.Close()
-		p.finish(err)
+		closeLogs()
+		exit, sig := p.exitOf(err)
+		if cg != nil {
+			if exit.Code != 0 && cg.oomKilled(sig == syscall.SIGKILL) {
+				exit.Reason = "OOMKilled"
+			}
+			e.removeCgroup(cg)
+		}
+		p.finish(exit)
 	}()
 	return p, nil
+}
+
+// cgroup makes the cgroup of a run of b's task when the runtime has
+// cgroups, and has cmd start inside it in v2.
+func (e *Exec) cgroup(b *troupev1.Binding, cmd *exec.Cmd) (*cgroup, error) {
+	if e.Cgroups == nil {
+		return nil, nil
+	}
+	tmpl := b.GetTask().GetTemplate()
+	cpu, memory := limits(tmpl.GetLimits(), tmpl.GetRequests())
+	cg, err := e.Cgroups.create(b.GetMetadata().GetName(), cpu, memory)
+	if err != nil {
+		return nil, fmt.Errorf("exec: %w", err)
+	}
+	if cg.fd != nil {
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cg.fd.Fd())
+	}
+	return cg, nil
+}
+
+// removeCgroup removes a run's cgroup (if it has one), and says so if it
+// cannot.
+func (e *Exec) removeCgroup(cg *cgroup) {
+	if cg == nil {
+		return
+	}
+	if err := cg.remove(); err != nil && e.Logger != nil {
+		e.Logger.Warn("a task's cgroup is left behind", zap.Error(err))
+	}
 }
 
 type execProcess struct {
@@ -89,23 +161,31 @@ type execProcess struct {
 	term bool // the agent sent SIGTERM
 }
 
-func (p *execProcess) finish(err error) {
+// exitOf says how the process ended, from cmd.Wait's error, and which
+// signal killed it (0 if none).
+func (p *execProcess) exitOf(err error) (Exit, syscall.Signal) {
 	p.mu.Lock()
-	defer func() { p.mu.Unlock(); close(p.done) }()
+	defer p.mu.Unlock()
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
-		p.exit = Exit{Code: 0, Reason: "exited"}
+		return Exit{Code: 0, Reason: "exited"}, 0
 	case errors.As(err, &ee):
 		ws, _ := ee.Sys().(syscall.WaitStatus)
 		if ws.Signaled() {
-			p.exit = Exit{Code: 128 + int(ws.Signal()), Reason: "killed by " + unix.SignalName(ws.Signal()), Killed: p.term}
-		} else {
-			p.exit = Exit{Code: ee.ExitCode(), Reason: fmt.Sprintf("exit status %d", ee.ExitCode()), Killed: p.term}
+			return Exit{Code: 128 + int(ws.Signal()), Reason: "killed by " + unix.SignalName(ws.Signal()), Killed: p.term}, ws.Signal()
 		}
+		return Exit{Code: ee.ExitCode(), Reason: fmt.Sprintf("exit status %d", ee.ExitCode()), Killed: p.term}, 0
 	default:
-		p.exit = Exit{Code: -1, Reason: err.Error()}
+		return Exit{Code: -1, Reason: err.Error()}, 0
 	}
+}
+
+func (p *execProcess) finish(e Exit) {
+	p.mu.Lock()
+	p.exit = e
+	p.mu.Unlock()
+	close(p.done)
 }
 
 func (p *execProcess) Done() <-chan struct{} { return p.done }

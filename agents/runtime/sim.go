@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -9,7 +10,8 @@ import (
 )
 
 // Sim runs tasks without processes: a task "runs" for its template's
-// sim_duration (DefaultDuration when unset) and exits 0.
+// sim_duration (DefaultDuration when unset) and exits with its
+// sim_exit_code (0 when unset).
 type Sim struct {
 	DefaultDuration time.Duration
 	// After is the clock's timer (time.After in a cell; a virtual clock
@@ -21,7 +23,8 @@ var _ Runtime = (*Sim)(nil)
 
 // Start implements Runtime.
 func (s *Sim) Start(ctx context.Context, b *troupev1.Binding) (Process, error) {
-	d := b.GetTask().GetTemplate().GetSimDuration().AsDuration()
+	tmpl := b.GetTask().GetTemplate()
+	d := tmpl.GetSimDuration().AsDuration()
 	if d <= 0 {
 		d = s.DefaultDuration
 	}
@@ -34,7 +37,11 @@ func (s *Sim) Start(ctx context.Context, b *troupev1.Binding) (Process, error) {
 	go func() {
 		select {
 		case <-end:
-			p.finish(Exit{Code: 0, Reason: "completed"})
+			e := Exit{Code: 0, Reason: "completed"}
+			if c := int(tmpl.GetSimExitCode()); c != 0 {
+				e = Exit{Code: c, Reason: fmt.Sprintf("exit status %d", c)}
+			}
+			p.finish(e)
 		case <-p.stop:
 			p.finish(Exit{Code: 137, Reason: "stopped", Killed: true})
 		case <-ctx.Done():

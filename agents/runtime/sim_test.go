@@ -34,3 +34,17 @@ func TestSimRunsForItsDurationOrUntilStopped(t *testing.T) {
 		t.Fatalf("stopped sim task: %+v", e)
 	}
 }
+
+func TestSimExitsWithItsExitCode(t *testing.T) {
+	fire := make(chan time.Time, 1)
+	fire <- time.Time{}
+	s := &Sim{After: func(time.Duration) <-chan time.Time { return fire }}
+	p, err := s.Start(context.Background(), &troupev1.Binding{Task: &troupev1.TaskSpec{Template: &troupev1.TaskTemplate{SimExitCode: 3}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-p.Done()
+	if e := p.Exit(); e.Code != 3 || e.Killed || e.Reason != "exit status 3" {
+		t.Fatalf("exit %+v", e)
+	}
+}

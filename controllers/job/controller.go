@@ -7,10 +7,15 @@
 //     a running task is marked RUNNING; a finished one is unbound (its
 //     Binding deleted, its machine's counters given back) and marked
 //     SUCCEEDED or FAILED.
-//   - Failed tasks are replaced (the same index, attempt+1, after
-//     spec.retry_backoff): batch jobs up to spec.max_retries, service jobs
-//     always; a service job keeps spec.count replicas, stopping the tasks
-//     above it.
+//   - Restarts are shared with the agents. A task carries its job's
+//     restart policy (ALWAYS taken as ON_FAILURE for batch jobs),
+//     max_retries and retry_backoff, and under ON_FAILURE or ALWAYS its
+//     machine's agent restarts the process in place; a batch task whose
+//     run failed under those policies has used its retries there and is
+//     not replaced. Otherwise failed and lost tasks are replaced (the same
+//     index, attempt+1, after spec.retry_backoff): batch jobs up to
+//     spec.max_retries, service jobs always; a service job keeps
+//     spec.count replicas, stopping the tasks above it.
 //   - A stopped job's tasks are unbound and marked STOPPED.
 //   - The job's status counts its tasks; a batch job succeeds when every
 //     task has, and fails when a task fails with no retries left.
@@ -184,7 +189,9 @@ func (ctl *Controller) sync(ctx context.Context, jobName string) (time.Duration,
 		phase := t.GetStatus().GetPhase()
 		retry := phase == troupev1.TaskPhase_TASK_PHASE_FAILED || phase == troupev1.TaskPhase_TASK_PHASE_LOST ||
 			(phase == troupev1.TaskPhase_TASK_PHASE_SUCCEEDED && spec.GetType() == troupev1.JobType_JOB_TYPE_SERVICE)
-		if retry && spec.GetType() == troupev1.JobType_JOB_TYPE_BATCH && t.GetSpec().GetAttempt() >= spec.GetMaxRetries() {
+		batch := spec.GetType() == troupev1.JobType_JOB_TYPE_BATCH
+		if retry && batch && (t.GetSpec().GetAttempt() >= spec.GetMaxRetries() ||
+			phase == troupev1.TaskPhase_TASK_PHASE_FAILED && restartsInPlace(t.GetSpec())) {
 			exhausted = true
 			retry = false
 		}
@@ -247,11 +254,15 @@ func (ctl *Controller) observe(ctx context.Context, t *troupev1.Task) error {
 	}
 	switch run.GetPhase() {
 	case troupev1.RunPhase_RUN_PHASE_RUNNING:
-		if t.GetStatus().GetPhase() == troupev1.TaskPhase_TASK_PHASE_RUNNING {
+		// A run restarted in place says so: its restarts, its last exit
+		// and the reason (back-off, restarted).
+		st := &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_RUNNING, Restarts: run.GetRestarts(),
+			Reason: run.GetReason(), ExitCode: run.GetExitCode()}
+		if proto.Equal(t.GetStatus(), st) {
 			return nil
 		}
 		u := proto.Clone(t).(*troupev1.Task)
-		u.Status = &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_RUNNING}
+		u.Status = st
 		tx := clientlib.NewTxn(ctl.c)
 		clientlib.PutObject(tx.Group(), clientlib.Tasks, u)
 		return ctl.write(ctx, tx)
@@ -265,7 +276,7 @@ func (ctl *Controller) observe(ctx context.Context, t *troupev1.Task) error {
 
 func (ctl *Controller) finishRun(ctx context.Context, t *troupev1.Task, run *troupev1.Run, phase troupev1.TaskPhase) error {
 	return ctl.finishStatus(ctx, t, &troupev1.TaskStatus{Phase: phase, ExitCode: run.GetExitCode(), Reason: run.GetReason(),
-		Finished: run.GetFinished()})
+		Finished: run.GetFinished(), Restarts: run.GetRestarts()})
 }
 
 // finish unbinds t (if bound) and gives it a final phase.
@@ -294,6 +305,7 @@ func (ctl *Controller) create(ctx context.Context, job *troupev1.Job, i, attempt
 			Tolerations: spec.GetTolerations(), GangMin: spec.GetGangMin(), Attempt: attempt, Submitted: timestamppb.New(now)},
 		Status: &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_PENDING},
 	}
+	setRestarts(t.Spec, spec)
 	tx := clientlib.NewTxn(ctl.c)
 	clientlib.PutObject(tx.Group(), clientlib.Tasks, t)
 	return ctl.write(ctx, tx)
@@ -307,9 +319,28 @@ func (ctl *Controller) replace(ctx context.Context, job *troupev1.Job, t *troupe
 	u.Spec.Attempt++
 	u.Spec.Submitted = timestamppb.New(now)
 	u.Spec.Template = job.GetSpec().GetTemplate()
+	setRestarts(u.Spec, job.GetSpec())
 	u.Status = &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_PENDING, Reason: fmt.Sprintf("attempt %d after: %s", u.Spec.Attempt, t.GetStatus().GetReason())}
 	clientlib.PutObject(g, clientlib.Tasks, u)
 	return ctl.write(ctx, tx)
+}
+
+// setRestarts copies the job's restart policy, max_retries and
+// retry_backoff into a task's spec, for its machine's agent. A batch task
+// that succeeded is done: ALWAYS is ON_FAILURE for batch jobs, as a
+// Kubernetes Job allows no Always.
+func setRestarts(t *troupev1.TaskSpec, job *troupev1.JobSpec) {
+	t.RestartPolicy, t.MaxRetries, t.RetryBackoff = job.GetRestartPolicy(), job.GetMaxRetries(), job.GetRetryBackoff()
+	if job.GetType() != troupev1.JobType_JOB_TYPE_SERVICE && t.RestartPolicy == troupev1.RestartPolicy_RESTART_POLICY_ALWAYS {
+		t.RestartPolicy = troupev1.RestartPolicy_RESTART_POLICY_ON_FAILURE
+	}
+}
+
+// restartsInPlace says whether the task's agent restarts its failed
+// process itself (and so has used the task's retries when its run fails).
+func restartsInPlace(t *troupev1.TaskSpec) bool {
+	p := t.GetRestartPolicy()
+	return p == troupev1.RestartPolicy_RESTART_POLICY_ON_FAILURE || p == troupev1.RestartPolicy_RESTART_POLICY_ALWAYS
 }
 
 // setStatus writes the job's status if it changed.

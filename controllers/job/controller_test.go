@@ -168,10 +168,13 @@ func TestBatchJobRunsToCompletion(t *testing.T) {
 	}
 }
 
-// A failing batch task is retried up to max_retries, then the job fails.
+// A failing batch task that its agent does not restart (NEVER) is
+// replaced up to max_retries, then the job fails.
 func TestBatchJobRetriesThenFails(t *testing.T) {
 	c := startCell(t)
-	if _, err := clientlib.Create(c.ctx, c.c, clientlib.Jobs, newJob("f", troupev1.JobType_JOB_TYPE_BATCH, 1, 1)); err != nil {
+	j := newJob("f", troupev1.JobType_JOB_TYPE_BATCH, 1, 1)
+	j.Spec.RestartPolicy = troupev1.RestartPolicy_RESTART_POLICY_NEVER
+	if _, err := clientlib.Create(c.ctx, c.c, clientlib.Jobs, j); err != nil {
 		t.Fatal(err)
 	}
 	for attempt := int32(0); attempt <= 1; attempt++ {
@@ -185,6 +188,33 @@ func TestBatchJobRetriesThenFails(t *testing.T) {
 		st := c.job("f").GetStatus()
 		return st.GetPhase() == troupev1.JobPhase_JOB_PHASE_FAILED && st.GetRetries() == 1, st.String()
 	})
+}
+
+// A batch task restarted in place (ON_FAILURE, ALWAYS) carries its job's
+// restart settings for its agent; a failed run means the agent used its
+// retries, so it is not replaced and the job fails.
+func TestBatchJobRestartedInPlaceIsNotReplaced(t *testing.T) {
+	c := startCell(t)
+	j := newJob("p", troupev1.JobType_JOB_TYPE_BATCH, 1, 2)
+	j.Spec.RestartPolicy, j.Spec.RetryBackoff = troupev1.RestartPolicy_RESTART_POLICY_ALWAYS, durationpb.New(time.Second)
+	if _, err := clientlib.Create(c.ctx, c.c, clientlib.Jobs, j); err != nil {
+		t.Fatal(err)
+	}
+	c.until("bound", func() (bool, string) { ts := c.tasks("p"); return bound(ts) == 1, fmt.Sprint(ts) })
+	spec := c.tasks("p")[0].GetSpec()
+	if spec.GetRestartPolicy() != troupev1.RestartPolicy_RESTART_POLICY_ON_FAILURE || spec.GetMaxRetries() != 2 ||
+		spec.GetRetryBackoff().AsDuration() != time.Second {
+		t.Fatalf("task spec %v: want ON_FAILURE (ALWAYS for a batch job), max_retries 2, retry_backoff 1s", spec)
+	}
+	c.agent("p", func(*troupev1.Task) troupev1.RunPhase { return troupev1.RunPhase_RUN_PHASE_FAILED })
+	c.until("job failed", func() (bool, string) {
+		st := c.job("p").GetStatus()
+		return st.GetPhase() == troupev1.JobPhase_JOB_PHASE_FAILED, st.String()
+	})
+	if ts := c.tasks("p"); len(ts) != 1 || ts[0].GetSpec().GetAttempt() != 0 || ts[0].GetStatus().GetPhase() != troupev1.TaskPhase_TASK_PHASE_FAILED ||
+		c.job("p").GetStatus().GetRetries() != 0 {
+		t.Fatalf("task replaced: %v, job %v", ts, c.job("p").GetStatus())
+	}
 }
 
 // A service keeps its replicas: a failed replica is replaced, and

@@ -2,6 +2,7 @@
 //
 //	troupe up       run a whole cell in one process
 //	troupe store    run one cell store node
+//	troupe agent    run a machine's node agent (or hollow machines)
 //	troupe apply    create or update objects from manifests
 //	troupe get      list machines, jobs, tasks or schedulers
 //	troupe delete   delete the objects of manifests, or a job
@@ -25,6 +26,7 @@ func commands() []command {
 	return []command{
 		{"up", "run a whole cell in one process", runUp},
 		{"store", "run one cell store node", runStore},
+		{"agent", "run a machine's node agent (or --hollow simulated ones)", runAgent},
 		{"apply", "create or update objects from manifest files", runApply},
 		{"get", "list machines, jobs, tasks or schedulers", runGet},
 		{"delete", "delete the objects of manifests, or a job by name", runDelete},

@@ -1,17 +1,14 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
 	"os"
 	"os/signal"
-	goruntime "runtime"
-	"strconv"
-	"strings"
 	"syscall"
 
+	"github.com/troupe-cluster/troupe/agents/agent"
 	"github.com/troupe-cluster/troupe/tools/cell"
 )
 
@@ -44,9 +41,8 @@ func runUp(args []string) error {
 	cfg := cell.Config{DataDir: *dataDir, GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, Hollow: *hollow,
 		HollowCapacity: map[string]int64{"cpu": 16000, "memory": 64 << 30}, Logger: log}
 	if *execAgent {
-		host, _ := os.Hostname()
-		cfg.ExecMachine = strings.ToLower(strings.ReplaceAll(host, "_", "-"))
-		cfg.ExecCapacity = hostCapacity()
+		cfg.ExecMachine, _ = agent.HostMachine()
+		cfg.ExecCapacity = agent.HostCapacity()
 	}
 	c, err := cell.Start(ctx, cfg)
 	if err != nil {
@@ -76,24 +72,4 @@ func btoi(b bool) int {
 		return 1
 	}
 	return 0
-}
-
-// hostCapacity is this host's CPUs (millicores) and memory (bytes).
-func hostCapacity() map[string]int64 {
-	capacity := map[string]int64{"cpu": int64(goruntime.NumCPU()) * 1000, "memory": 1 << 30}
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		return capacity
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) >= 2 && fields[0] == "MemTotal:" {
-			if kb, err := strconv.ParseInt(fields[1], 10, 64); err == nil {
-				capacity["memory"] = kb << 10
-			}
-		}
-	}
-	return capacity
 }

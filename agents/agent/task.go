@@ -1,0 +1,182 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/troupe-cluster/troupe/agents/runtime"
+	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
+)
+
+// task is one attempt of a task that the agent runs: its process,
+// restarted in place as its restart policy says, until it ends for good
+// or its binding goes away. Only the agent's current task of a ref
+// reports its Run.
+type task struct {
+	attempt  int32
+	stopped  chan struct{} // closed when the binding is gone
+	stopOnce sync.Once
+
+	mu   sync.Mutex
+	proc runtime.Process // the running process; nil between runs
+}
+
+// stop stops the task: its process now, and any restart.
+func (t *task) stop(grace time.Duration) {
+	t.stopOnce.Do(func() { close(t.stopped) })
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.proc != nil {
+		t.proc.Stop(grace)
+	}
+}
+
+func (t *task) isStopped() bool {
+	select {
+	case <-t.stopped:
+		return true
+	default:
+		return false
+	}
+}
+
+// setProc records the running process (nil: none); a process started
+// after the task was stopped is stopped at once.
+func (t *task) setProc(p runtime.Process, grace time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.proc = p
+	if p != nil && t.isStopped() {
+		p.Stop(grace)
+	}
+}
+
+// start runs the task of binding b unless it already runs that attempt; a
+// binding of another attempt replaces the one it runs.
+func (a *Agent) start(ctx context.Context, b *troupev1.Binding) {
+	ref, attempt := b.GetMetadata().GetName(), b.GetTask().GetAttempt()
+	a.mu.Lock()
+	cur, ok := a.running[ref]
+	// Once ctx has ended (checked under mu, which stopAll holds), no task
+	// starts: Run waits for the ones it stopped.
+	if ctx.Err() != nil || ok && cur.attempt == attempt && !cur.isStopped() {
+		a.mu.Unlock()
+		return
+	}
+	t := &task{attempt: attempt, stopped: make(chan struct{})}
+	a.running[ref] = t
+	a.tasks.Add(1)
+	a.mu.Unlock()
+	if ok {
+		cur.stop(a.cfg.StopGrace)
+	}
+	go a.run(ctx, b, t)
+}
+
+// stop stops the task of ref (its binding is gone).
+func (a *Agent) stop(ref string) {
+	a.mu.Lock()
+	t, ok := a.running[ref]
+	a.mu.Unlock()
+	if ok {
+		t.stop(a.cfg.StopGrace)
+	}
+}
+
+func (a *Agent) stopAll() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, t := range a.running {
+		t.stop(a.cfg.StopGrace)
+	}
+}
+
+// current says whether t is the task the agent runs for ref.
+func (a *Agent) current(ref string, t *task) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.running[ref] == t
+}
+
+// run runs t, binding b's task, to its end and reports its Run: RUNNING
+// while the process runs or waits for a restart, then SUCCEEDED, FAILED
+// or KILLED with the last exit. A task that ends because the agent is
+// going away is not reported: the machine's lease runs out and the node
+// lifecycle controller takes its tasks away, as for a crashed machine.
+func (a *Agent) run(ctx context.Context, b *troupev1.Binding, t *task) {
+	ref := b.GetMetadata().GetName()
+	defer a.tasks.Done()
+	defer func() {
+		a.mu.Lock()
+		if a.running[ref] == t {
+			delete(a.running, ref)
+		}
+		a.mu.Unlock()
+	}()
+	report := func(run *troupev1.Run) {
+		if ctx.Err() == nil && a.current(ref, t) {
+			a.report(ctx, b, run)
+		}
+	}
+	r := newRestarter(b.GetTask(), a.cfg)
+	run := &troupev1.Run{Phase: troupev1.RunPhase_RUN_PHASE_RUNNING, Started: timestamppb.New(a.cfg.Now())}
+	for {
+		began := a.cfg.Now()
+		exit := a.once(ctx, b, t, func() { report(run) })
+		if ctx.Err() != nil {
+			return
+		}
+		ended := a.cfg.Now()
+		run.ExitCode, run.Reason = int32(exit.Code), exit.Reason
+		delay, again := time.Duration(0), false
+		if !t.isStopped() {
+			delay, again = r.restart(exit, ended.Sub(began))
+		}
+		if !again {
+			run.Phase, run.Finished = finalPhase(exit), timestamppb.New(ended)
+			report(run)
+			return
+		}
+		run.Restarts = r.restarts
+		run.Reason = fmt.Sprintf("back-off %v restarting after %s", delay, exit.Reason)
+		report(run)
+		select {
+		case <-a.cfg.After(delay):
+			run.Reason = "restarted after " + exit.Reason
+		case <-t.stopped:
+			run.Phase, run.Reason, run.Finished = troupev1.RunPhase_RUN_PHASE_KILLED, "stopped in back-off", timestamppb.New(a.cfg.Now())
+			report(run)
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// once starts the task's process, calls running once it runs, and waits
+// for it to end. A process that cannot start is a failed run.
+func (a *Agent) once(ctx context.Context, b *troupev1.Binding, t *task, running func()) runtime.Exit {
+	proc, err := a.cfg.Runtime.Start(ctx, b)
+	if err != nil {
+		return runtime.Exit{Code: -1, Reason: err.Error()}
+	}
+	t.setProc(proc, a.cfg.StopGrace)
+	running()
+	<-proc.Done()
+	t.setProc(nil, a.cfg.StopGrace)
+	return proc.Exit()
+}
+
+func finalPhase(exit runtime.Exit) troupev1.RunPhase {
+	switch {
+	case exit.Killed:
+		return troupev1.RunPhase_RUN_PHASE_KILLED
+	case exit.Code != 0:
+		return troupev1.RunPhase_RUN_PHASE_FAILED
+	}
+	return troupev1.RunPhase_RUN_PHASE_SUCCEEDED
+}

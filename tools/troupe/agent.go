@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"maps"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/troupe-cluster/troupe/agents/agent"
+	"github.com/troupe-cluster/troupe/agents/runtime"
+	"github.com/troupe-cluster/troupe/clientlib"
+)
+
+// runAgent runs the node agent of this machine against a cell's store, or
+// --hollow N simulated machines in one process sharing one client. It
+// stops its tasks and returns on SIGINT or SIGTERM.
+func runAgent(args []string) error {
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	store := fs.String("store", "127.0.0.1:7000", "store gRPC address(es), comma-separated")
+	host, _ := agent.HostMachine()
+	machine := fs.String("machine", host, "machine name (hollow machines: <machine>-hollow-NNNN)")
+	capacity := fs.String("capacity", "", "capacity, as cpu=4000,memory=8Gi (cpu in millicores; default: this host's)")
+	labels := fs.String("labels", "", "machine labels, as k=v,...")
+	rtName := fs.String("runtime", "exec", "exec (real processes) or sim (simulated tasks)")
+	dir := fs.String("dir", "", "task directories and logs of the exec runtime, <dir>/<namespace>/<job>/<index> (default: a new temporary directory)")
+	logAddr := fs.String("log-addr", "127.0.0.1:0", "where the exec runtime's task logs are served (empty: not served)")
+	lease := fs.Duration("lease", 10*time.Second, "lease duration; renewed five times per lease")
+	grace := fs.Duration("stop-grace", 10*time.Second, "time between SIGTERM and SIGKILL of a stopped task")
+	hollow := fs.Int("hollow", 0, "host this many simulated machines instead of this one (sim runtime)")
+	level := fs.String("log-level", "warn", "log level: debug, info, warn, error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *machine == "" {
+		return errors.New("agent: give --machine (the hostname is unknown)")
+	}
+	lbls, err := parsePairs(*labels)
+	if err != nil {
+		return fmt.Errorf("--labels: %w", err)
+	}
+	cpcty := agent.HostCapacity()
+	if *capacity != "" {
+		if cpcty, err = parseResources(*capacity); err != nil {
+			return fmt.Errorf("--capacity: %w", err)
+		}
+	}
+	log, err := newLogger(*level)
+	if err != nil {
+		return err
+	}
+	defer log.Sync()
+	cc := clientlib.DefaultConfig(strings.Split(*store, ",")...)
+	cc.Logger = log
+	c, err := clientlib.New(cc)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	base := agent.Config{Machine: *machine, Capacity: cpcty, Labels: lbls, LeaseDuration: *lease, RenewInterval: *lease / 5,
+		StopGrace: *grace, Now: time.Now, Logger: log}
+	var cfgs []agent.Config
+	switch {
+	case *hollow > 0:
+		sim := &runtime.Sim{DefaultDuration: 10 * time.Second}
+		for i := range *hollow {
+			cfg := base
+			cfg.Machine, cfg.Runtime = fmt.Sprintf("%s-hollow-%04d", *machine, i), sim
+			cfg.Labels = maps.Clone(lbls)
+			cfg.Labels["hollow"] = "true"
+			cfgs = append(cfgs, cfg)
+		}
+	case *rtName == "sim":
+		base.Runtime = &runtime.Sim{DefaultDuration: 10 * time.Second}
+		cfgs = append(cfgs, base)
+	case *rtName == "exec":
+		if *dir == "" {
+			if *dir, err = os.MkdirTemp("", "troupe-agent-"); err != nil {
+				return err
+			}
+		}
+		base.Runtime, base.LogAddr = runtime.NewExec(*dir, log), *logAddr
+		cfgs = append(cfgs, base)
+	default:
+		return fmt.Errorf("--runtime is exec or sim, not %q", *rtName)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	fmt.Printf("troupe agent: %d machine(s) from %s, store at %s; stop with Ctrl-C\n", len(cfgs), cfgs[0].Machine, *store)
+	return runAgents(ctx, c, cfgs)
+}
+
+// runAgents runs an agent per configuration until ctx ends (nil then) or
+// one of them fails (the others are stopped).
+func runAgents(ctx context.Context, c *clientlib.Client, cfgs []agent.Config) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	for _, cfg := range cfgs {
+		a, err := agent.New(c, cfg)
+		if err != nil {
+			return err
+		}
+		wg.Go(func() {
+			if err := a.Run(ctx); ctx.Err() == nil {
+				cancel(fmt.Errorf("agent %s: %w", cfg.Machine, err))
+			}
+		})
+	}
+	wg.Wait()
+	if err := context.Cause(ctx); !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// parsePairs parses "k=v,k=v".
+func parsePairs(s string) (map[string]string, error) {
+	out := map[string]string{}
+	if s == "" {
+		return out, nil
+	}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%q is not k=v", kv)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// quantitySuffixes are the multipliers of resource amounts.
+var quantitySuffixes = []struct {
+	suffix string
+	mult   int64
+}{{"Ki", 1 << 10}, {"Mi", 1 << 20}, {"Gi", 1 << 30}, {"Ti", 1 << 40}, {"k", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12}}
+
+// parseResources parses "cpu=4000,memory=8Gi": whole amounts, with an
+// optional binary (Ki, Mi, Gi, Ti) or decimal (k, M, G, T) suffix.
+func parseResources(s string) (map[string]int64, error) {
+	pairs, err := parsePairs(s)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for k, v := range pairs {
+		num, mult := v, int64(1)
+		for _, q := range quantitySuffixes {
+			if n, ok := strings.CutSuffix(v, q.suffix); ok {
+				num, mult = n, q.mult
+				break
+			}
+		}
+		n, err := strconv.ParseInt(num, 10, 64)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("%s=%s: want a non-negative whole amount, such as 4000 or 8Gi", k, v)
+		}
+		out[k] = n * mult
+	}
+	return out, nil
+}

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/troupe-cluster/troupe/cellstore/localcell"
+	"github.com/troupe-cluster/troupe/clientlib"
+	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
+)
+
+// TestAgentHollow runs `troupe agent --hollow 3` as a process against a
+// store: three machines register with their leases, one runs a task bound
+// to it, and SIGTERM stops the agent cleanly.
+func TestAgentHollow(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the troupe binary")
+	}
+	bin := buildTroupe(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	lc, err := localcell.Start(ctx, localcell.Config{Dir: t.TempDir(), Replicas: 1, Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lc.Close()
+	c, err := clientlib.New(clientlib.DefaultConfig(lc.Endpoints()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	agent := exec.Command(bin, "agent", "--store", strings.Join(lc.Endpoints(), ","), "--machine", "rack1",
+		"--hollow", "3", "--capacity", "cpu=8000,memory=16Gi", "--labels", "zone=z1")
+	agent.Stdout, agent.Stderr = os.Stderr, os.Stderr
+	if err := agent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer agent.Process.Kill()
+	names := []string{"rack1-hollow-0000", "rack1-hollow-0001", "rack1-hollow-0002"}
+	waitFor(t, ctx, func() error {
+		for _, n := range names {
+			m, err := clientlib.Get(ctx, c, clientlib.Machines, clientlib.Machines.Prefix+n)
+			if err != nil {
+				return fmt.Errorf("machine %s: %w", n, err)
+			}
+			if m.GetSpec().GetCapacity()["memory"] != 16<<30 || m.GetMetadata().GetLabels()["zone"] != "z1" || m.GetMetadata().GetLabels()["hollow"] != "true" {
+				t.Fatalf("machine %v", m)
+			}
+			if _, err := clientlib.Get(ctx, c, clientlib.Leases, clientlib.Leases.Prefix+n); err != nil {
+				return fmt.Errorf("lease of %s: %w", n, err)
+			}
+		}
+		return nil
+	})
+	if ms, _, err := clientlib.List(ctx, c, clientlib.Machines, ""); err != nil || len(ms) != 3 {
+		t.Fatalf("%d machines (%v), want 3", len(ms), err)
+	}
+	if _, err := clientlib.Create(ctx, c, clientlib.Bindings, &troupev1.Binding{Metadata: &troupev1.ObjectMeta{Name: "ns/sim/0"}, Machine: names[1],
+		Task: &troupev1.TaskSpec{Job: "sim", Template: &troupev1.TaskTemplate{Command: "x", SimDuration: durationpb.New(time.Millisecond)}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, func() error {
+		r, err := clientlib.Get(ctx, c, clientlib.Runs, clientlib.Runs.Prefix+names[1]+"/ns/sim/0")
+		if err == nil && r.GetPhase() != troupev1.RunPhase_RUN_PHASE_SUCCEEDED {
+			err = fmt.Errorf("run %v", r)
+		}
+		return err
+	})
+	if err := agent.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := agent.Wait(); err != nil {
+		t.Fatalf("agent did not stop cleanly on SIGTERM: %v", err)
+	}
+}
+
+func TestParseResources(t *testing.T) {
+	got, err := parseResources("cpu=4000,memory=8Gi,gpu=2,disk=10G")
+	want := map[string]int64{"cpu": 4000, "memory": 8 << 30, "gpu": 2, "disk": 10e9}
+	if err != nil || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("got %v %v, want %v", got, err, want)
+	}
+	for _, bad := range []string{"cpu", "cpu=4 cores", "memory=-1Gi", "=3"} {
+		if _, err := parseResources(bad); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+}
