@@ -10,9 +10,12 @@ import (
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 )
 
+// AllocPrefix starts the keys of every machine's counters.
+const AllocPrefix = "/alloc/"
+
 // AllocKey is the key of machine m's counter of resource r: the sum of
 // the requests of the tasks bound to m, changed only by bounded adds.
-func AllocKey(machine, resource string) string { return "/alloc/" + machine + "/" + resource }
+func AllocKey(machine, resource string) string { return AllocPrefix + machine + "/" + resource }
 
 // BindingKey is the key of the Binding of task t on its machine.
 func BindingKey(t *troupev1.Task) string {

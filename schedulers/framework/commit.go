@@ -43,30 +43,30 @@ type Modes struct {
 	Txn      TxnMode
 }
 
-// take adds sign×requests to machine m's counters in group g: bounded by
+// take adds deltas to machine m's counters in group g: bounded by
 // capacity in Fine mode, on condition of the snapshot's versions in
 // Coarse mode.
-func take(g *clientlib.Group, m *Machine, requests map[string]int64, sign int64, modes Modes) {
-	for _, r := range slices.Sorted(maps.Keys(requests)) {
+func take(g *clientlib.Group, m *Machine, deltas map[string]int64, modes Modes) {
+	for _, r := range slices.Sorted(maps.Keys(deltas)) {
 		key := clientlib.AllocKey(m.Name, r)
 		if modes.Conflict == Coarse {
-			g.Require(key, m.AllocVersions[r]).Add(key, sign*requests[r], math.MinInt64, math.MaxInt64)
+			g.Require(key, m.AllocVersions[r]).Add(key, deltas[r], math.MinInt64, math.MaxInt64)
 		} else {
-			g.Add(key, sign*requests[r], 0, m.Capacity[r])
+			g.Add(key, deltas[r], 0, m.Capacity[r])
 		}
 	}
 }
 
 // evict sends victim v back to pending in group g: its binding is cleared
-// (on condition that it is still at the version the snapshot read), its
-// Binding object deleted, and its requests given back to the machine.
-func evict(g *clientlib.Group, v *Running, p Placement, modes Modes) {
+// (on condition that it is still at the version the snapshot read) and
+// its Binding object deleted; the caller gives its requests back to the
+// machine.
+func evict(g *clientlib.Group, v *Running, p Placement) {
 	pending := proto.Clone(v.Task).(*troupev1.Task)
 	pending.Binding = nil
 	pending.Status = &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_PENDING, Reason: "preempted by " + p.Task.Key}
 	clientlib.PutObject(g, clientlib.Tasks, pending)
 	g.Delete(clientlib.BindingKey(v.Task))
-	take(g, p.Machine, v.Requests, -1, modes)
 }
 
 // Result is what committing a plan did.
@@ -74,6 +74,18 @@ type Result struct {
 	Committed []Placement
 	// Conflicted are placements that lost to another writer, with why.
 	Conflicted []Conflicted
+	// Counters are the machine counters the committed placements wrote,
+	// for the scheduler to assume before its cache shows them: the value
+	// is exact in Coarse mode and a lower bound in Fine mode (others may
+	// have added too), the version is the commit's revision.
+	Counters []CounterWrite
+}
+
+// CounterWrite is a counter's value and version after a commit.
+type CounterWrite struct {
+	Key     string
+	Value   int64
+	Version uint64
 }
 
 // Conflicted is a placement that did not commit.
@@ -88,8 +100,15 @@ type Conflicted struct {
 // machine's agent, and the machine's counters take the task's requests
 // (Fine: adds bounded by capacity; Coarse: on condition that the counters
 // are unchanged since the snapshot). A preemption's victims go back to
-// pending in the same group, so eviction and placement commit together. Conflicts are results, for the
-// caller to refresh and retry; an error means the request failed.
+// pending in the same group, so eviction and placement commit together.
+//
+// Groups: Incremental mode in Fine detection gives each placement its
+// own group. In Coarse detection the placements on one machine share a
+// group, as in Omega, where a transaction's claims on a machine are all
+// checked against the machine as the snapshot saw it: separate groups
+// would fail on each other's writes. AllOrNothing makes the request
+// atomic. Conflicts are results, for the caller to refresh and retry; an
+// error means the request failed.
 func CommitPlan(ctx context.Context, s clientlib.Store, plan *Plan, modes Modes, scheduler string, now time.Time) (*Result, error) {
 	if len(plan.Placements) == 0 {
 		return &Result{}, nil
@@ -98,33 +117,93 @@ func CommitPlan(ctx context.Context, s clientlib.Store, plan *Plan, modes Modes,
 	if modes.Txn == AllOrNothing {
 		tx.Atomic()
 	}
-	for _, p := range plan.Placements {
+	groups := groupPlacements(plan.Placements, modes)
+	deltas := make([]map[string]int64, len(groups))
+	for i, members := range groups {
 		g := tx.Group()
-		bound := proto.Clone(p.Task.Task).(*troupev1.Task)
-		bound.Binding = &troupev1.TaskBinding{Machine: p.Machine.Name, Scheduler: scheduler, BoundAt: timestamppb.New(now)}
-		bound.Status = &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_BOUND}
-		clientlib.PutObject(g, clientlib.Tasks, bound)
-		ref := clientlib.TaskRef(bound.GetMetadata().GetNamespace(), bound.GetSpec().GetJob(), bound.GetSpec().GetIndex())
-		clientlib.PutObject(g, clientlib.Bindings, &troupev1.Binding{
-			Metadata: &troupev1.ObjectMeta{Name: ref}, Machine: p.Machine.Name, Scheduler: scheduler,
-			BoundAt: bound.Binding.BoundAt, Task: bound.GetSpec(),
-		})
-		for _, v := range p.Victims {
-			evict(g, v, p, modes)
+		deltas[i] = map[string]int64{}
+		for _, p := range members {
+			writeBinding(g, p, scheduler, now)
+			for r, q := range p.Task.Requests {
+				deltas[i][r] += q
+			}
+			for _, v := range p.Victims {
+				evict(g, v, p)
+				for r, q := range v.Requests {
+					deltas[i][r] -= q
+				}
+			}
 		}
-		take(g, p.Machine, p.Task.Requests, 1, modes)
+		take(g, members[0].Machine, deltas[i], modes)
 	}
 	out, err := tx.Commit(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("commit plan of %d placements: %w", len(plan.Placements), err)
 	}
 	res := &Result{}
+	written := map[string]*CounterWrite{}
 	for i, g := range out.Groups {
-		if g.Committed {
-			res.Committed = append(res.Committed, plan.Placements[i])
-		} else {
-			res.Conflicted = append(res.Conflicted, Conflicted{Placement: plan.Placements[i], Conflict: g.Conflict})
+		members := groups[i]
+		if !g.Committed {
+			for _, p := range members {
+				res.Conflicted = append(res.Conflicted, Conflicted{Placement: p, Conflict: g.Conflict})
+			}
+			continue
+		}
+		res.Committed = append(res.Committed, members...)
+		m := members[0].Machine
+		for r, delta := range deltas[i] {
+			key := clientlib.AllocKey(m.Name, r)
+			w, ok := written[key]
+			if !ok {
+				w = &CounterWrite{Key: key, Value: m.Allocated[r]}
+				written[key] = w
+			}
+			w.Value += delta
+			w.Version = g.Revision
 		}
 	}
+	for _, key := range slices.Sorted(maps.Keys(written)) {
+		res.Counters = append(res.Counters, *written[key])
+	}
 	return res, nil
+}
+
+// groupPlacements splits placements into the request's groups: one per
+// placement, or one per machine in Coarse mode (in order of first
+// appearance).
+func groupPlacements(ps []Placement, modes Modes) [][]Placement {
+	var groups [][]Placement
+	if modes.Conflict != Coarse {
+		for _, p := range ps {
+			groups = append(groups, []Placement{p})
+		}
+		return groups
+	}
+	at := map[string]int{}
+	for _, p := range ps {
+		i, ok := at[p.Machine.Name]
+		if !ok {
+			i = len(groups)
+			at[p.Machine.Name] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], p)
+	}
+	return groups
+}
+
+// writeBinding binds p's task to its machine in group g (on condition
+// that the task is still at the version the scheduler read) and creates
+// the Binding object the machine's agent watches.
+func writeBinding(g *clientlib.Group, p Placement, scheduler string, now time.Time) {
+	bound := proto.Clone(p.Task.Task).(*troupev1.Task)
+	bound.Binding = &troupev1.TaskBinding{Machine: p.Machine.Name, Scheduler: scheduler, BoundAt: timestamppb.New(now)}
+	bound.Status = &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_BOUND}
+	clientlib.PutObject(g, clientlib.Tasks, bound)
+	ref := clientlib.TaskRef(bound.GetMetadata().GetNamespace(), bound.GetSpec().GetJob(), bound.GetSpec().GetIndex())
+	clientlib.PutObject(g, clientlib.Bindings, &troupev1.Binding{
+		Metadata: &troupev1.ObjectMeta{Name: ref}, Machine: p.Machine.Name, Scheduler: scheduler,
+		BoundAt: bound.Binding.BoundAt, Task: bound.GetSpec(),
+	})
 }

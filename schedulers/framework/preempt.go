@@ -32,8 +32,11 @@ func (s *scheduling) preempt(t *Task) (*Machine, []*Running) {
 // victims returns the smallest prefix, by priority, of m's preemptible
 // tasks whose eviction lets t pass every filter on m; nil if none does.
 func (s *scheduling) victims(t *Task, m *Machine) []*Running {
+	if s.snap.Running == nil {
+		return nil
+	}
 	var candidates []*Running
-	for _, r := range m.Running {
+	for _, r := range s.snap.Running(m.Name) {
 		if CanPreempt(t.Priority, r.Priority) && !s.evicted[r.Key] {
 			candidates = append(candidates, r)
 		}

@@ -9,20 +9,21 @@ import (
 	"github.com/troupe-cluster/troupe/schedulers/plugins/resourcefit"
 )
 
-// running fills the snapshot's machine with the tasks bound to it.
+// running tells the snapshot which tasks are bound to each machine.
 func (h *harness) running(snap *framework.Snapshot) *framework.Snapshot {
 	tasks, _, err := clientlib.List(h.ctx, h.store, clientlib.Tasks, "")
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	m := snap.Machines[0]
+	running := map[string][]*framework.Running{}
 	for _, t := range tasks {
-		if t.GetBinding().GetMachine() == m.Name {
+		if m := t.GetBinding().GetMachine(); m != "" {
 			key, _ := clientlib.Tasks.Key(t)
 			ft := framework.NewTask(key, t)
-			m.Running = append(m.Running, &framework.Running{Key: key, Task: t, Job: ft.Job, Priority: ft.Priority, Requests: ft.Requests})
+			running[m] = append(running[m], &framework.Running{Key: key, Task: t, Job: ft.Job, Priority: ft.Priority, Requests: ft.Requests})
 		}
 	}
+	snap.Running = func(m string) []*framework.Running { return running[m] }
 	return snap
 }
 

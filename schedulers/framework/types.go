@@ -62,9 +62,6 @@ type Machine struct {
 	JobTasks      map[string]int
 	// Unschedulable machines (cordoned, lost) get no new tasks.
 	Unschedulable bool
-	// Running are the tasks bound to the machine; the scheduler fills it
-	// when its profile may preempt.
-	Running []*Running
 }
 
 // Running is a task bound to a machine, as preemption sees it.
@@ -94,6 +91,10 @@ func (m *Machine) Free(r string) int64 { return m.Capacity[r] - m.Allocated[r] }
 // it: placements it decides are assumed in an overlay.
 type Snapshot struct {
 	Machines []*Machine
+	// Running returns the tasks bound to a machine. Preemption calls it,
+	// only for tasks that fit nowhere, so a scheduler answers it from its
+	// cache on demand; nil means no machine runs anything.
+	Running func(machine string) []*Running
 }
 
 // Task is one pending task to place.

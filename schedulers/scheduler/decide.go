@@ -9,7 +9,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/troupe-cluster/troupe/clientlib"
-	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 	"github.com/troupe-cluster/troupe/schedulers/framework"
 )
 
@@ -49,7 +48,7 @@ func (s *Scheduler) scheduleJob(ctx context.Context, job string) {
 			}
 			return
 		}
-		s.assume(res.Committed)
+		s.assume(res)
 		s.stats.decided(start, s.cfg.Now(), len(tasks), len(res.Committed), len(res.Conflicted), len(plan.Failures))
 		if len(plan.Failures) > 0 {
 			s.cfg.Logger.Debug("tasks fit nowhere", zap.String("job", job), zap.Int("tasks", len(plan.Failures)),
@@ -117,27 +116,32 @@ func (s *Scheduler) pendingTasks(job string) []*framework.Task {
 	return out
 }
 
-// assume remembers placements committed until the cache shows them.
-func (s *Scheduler) assume(ps []framework.Placement) {
+// assume remembers placements committed until the cache shows them, and
+// puts the counters they wrote into the cell view, so the next decision
+// neither places the same tasks again nor conflicts with this commit.
+func (s *Scheduler) assume(res *framework.Result) {
+	for _, w := range res.Counters {
+		s.view.setCounter(w.Key, w.Value, w.Version)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, p := range ps {
+	for _, p := range res.Committed {
 		s.assumed[p.Task.Key] = assumed{version: p.Task.Task.GetMetadata().GetVersion() + 1, job: p.Task.Job, machine: p.Machine.Name}
 	}
 }
 
-// snapshot builds the decision's view of the cell from the caches.
+// snapshot builds the decision's view of the cell: the machines from
+// the cell view, the job's tasks per machine (bound ones, and those this
+// instance placed that the cache does not show bound yet), and, for
+// preemption, the tasks bound to a machine, read from the cache on
+// demand.
 func (s *Scheduler) snapshot(job string) *framework.Snapshot {
-	// The job's tasks per machine: bound ones, and those this instance
-	// placed that the cache does not show bound yet.
 	jobTasks := map[string]int{}
 	bound := map[string]bool{}
-	for _, t := range s.tasks.Indexer().ByIndex(clientlib.IndexJob, job) {
-		if m := t.GetBinding().GetMachine(); m != "" {
-			jobTasks[m]++
-			if key, err := clientlib.Tasks.Key(t); err == nil {
-				bound[key] = true
-			}
+	for _, key := range s.tasks.Indexer().IndexKeys(clientlib.IndexJob, job) {
+		if t, ok := s.tasks.Indexer().Get(key); ok && t.GetBinding().GetMachine() != "" {
+			jobTasks[t.GetBinding().GetMachine()]++
+			bound[key] = true
 		}
 	}
 	s.mu.Lock()
@@ -147,34 +151,25 @@ func (s *Scheduler) snapshot(job string) *framework.Snapshot {
 		}
 	}
 	s.mu.Unlock()
-	snap := &framework.Snapshot{}
-	for _, m := range s.machines.Indexer().List() {
-		name := m.GetMetadata().GetName()
-		fm := &framework.Machine{
-			Name: name, Object: m, Labels: m.GetMetadata().GetLabels(), Taints: m.GetSpec().GetTaints(),
-			Capacity: m.GetSpec().GetCapacity(), Allocated: map[string]int64{}, AllocVersions: map[string]uint64{},
-			Unschedulable: m.GetSpec().GetUnschedulable() || m.GetStatus().GetPhase() == troupev1.MachinePhase_MACHINE_PHASE_LOST,
-		}
-		if n := jobTasks[name]; n > 0 {
-			fm.JobTasks = map[string]int{job: n}
-		}
-		if s.cfg.Profile.Preempt {
-			for _, t := range s.tasks.Indexer().ByIndex(clientlib.IndexMachine, name) {
-				key, err := clientlib.Tasks.Key(t)
-				if err != nil {
-					continue
-				}
-				ft := framework.NewTask(key, t)
-				fm.Running = append(fm.Running, &framework.Running{Key: key, Task: t, Job: ft.Job, Priority: ft.Priority, Requests: ft.Requests})
-			}
-		}
-		for _, c := range s.counters.Indexer().ByIndex(clientlib.IndexMachine, name) {
-			r := strings.TrimPrefix(c.GetMetadata().GetName(), clientlib.AllocKey(name, ""))
-			fm.Allocated[r], fm.AllocVersions[r] = c.GetValue(), c.GetMetadata().GetVersion()
-		}
-		snap.Machines = append(snap.Machines, fm)
+	snap := &framework.Snapshot{Machines: s.view.snapshot(jobTasks, job)}
+	if s.cfg.Profile.Preempt {
+		snap.Running = s.running
 	}
 	return snap
+}
+
+// running returns the tasks bound to machine, for preemption.
+func (s *Scheduler) running(machine string) []*framework.Running {
+	var out []*framework.Running
+	for _, t := range s.tasks.Indexer().ByIndex(clientlib.IndexMachine, machine) {
+		key, err := clientlib.Tasks.Key(t)
+		if err != nil {
+			continue
+		}
+		ft := framework.NewTask(key, t)
+		out = append(out, &framework.Running{Key: key, Task: t, Job: ft.Job, Priority: ft.Priority, Requests: ft.Requests})
+	}
+	return out
 }
 
 // awaitRefresh waits until the caches hold the versions the conflicts
@@ -200,7 +195,7 @@ func (s *Scheduler) refreshed(conflicts []framework.Conflicted) bool {
 		k, v := c.Conflict.Key, c.Conflict.CurrentVersion
 		var have uint64
 		switch {
-		case strings.HasPrefix(k, "/alloc/"):
+		case strings.HasPrefix(k, clientlib.AllocPrefix):
 			if o, ok := s.counters.Indexer().Get(k); ok {
 				have = o.GetMetadata().GetVersion()
 			}

@@ -80,6 +80,10 @@ type Scheduler struct {
 	counters *cache.Informer[*troupev1.Counter]
 	queue    *cache.WorkQueue
 	stats    *Stats
+	view     *cellView
+	// wake asks the waker to queue every pending job (capacity may have
+	// appeared); bursts of signals coalesce into one pass.
+	wake chan struct{}
 
 	mu      sync.Mutex
 	assumed map[string]assumed // by task key: placements the cache may not show yet
@@ -98,34 +102,35 @@ func New(c *clientlib.Client, cfg Config) (*Scheduler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Scheduler{cfg: cfg, c: c, queue: cache.NewWorkQueue(cache.DefaultQueueConfig()), stats: newStats(cfg.Now()), assumed: map[string]assumed{}, seen: map[string]bool{}}
+	s := &Scheduler{cfg: cfg, c: c, queue: cache.NewWorkQueue(cache.DefaultQueueConfig()), stats: newStats(cfg.Now()),
+		view: newCellView(), wake: make(chan struct{}, 1), assumed: map[string]assumed{}, seen: map[string]bool{}}
 	s.machines = clientlib.NewInformer(c, clientlib.Machines, "", nil)
 	s.tasks = clientlib.NewInformer(c, clientlib.Tasks, "", clientlib.TaskIndexes())
 	s.counters = cache.NewInformer(cache.InformerConfig[*troupev1.Counter]{
-		Prefix: "/alloc/", List: c.List, IsCompacted: clientlib.IsCompacted, Decode: clientlib.DecodeCounter,
+		Prefix: clientlib.AllocPrefix, List: c.List, IsCompacted: clientlib.IsCompacted, Decode: clientlib.DecodeCounter,
 		Watch: func(ctx context.Context, prefix string, cursor []byte) cache.Stream {
 			return c.Watch(ctx, prefix, cursor)
 		},
-		Indexes: map[string]cache.IndexFunc[*troupev1.Counter]{clientlib.IndexMachine: func(k *troupev1.Counter) []string {
-			m, _, _ := strings.Cut(strings.TrimPrefix(k.GetMetadata().GetName(), "/alloc/"), "/")
-			return []string{m}
-		}},
 		Logger: cfg.Logger,
 	})
 	s.tasks.AddHandler(cache.Handler[*troupev1.Task]{
-		OnAdd:    func(_ string, t *troupev1.Task) { s.taskChanged(t) },
-		OnUpdate: func(_ string, _, t *troupev1.Task) { s.taskChanged(t) },
+		OnAdd:    func(key string, t *troupev1.Task) { s.taskChanged(key, t) },
+		OnUpdate: func(key string, _, t *troupev1.Task) { s.taskChanged(key, t) },
 	})
-	wakeAll := func() { s.wakePending() }
 	s.machines.AddHandler(cache.Handler[*troupev1.Machine]{
-		OnAdd: func(string, *troupev1.Machine) { wakeAll() }, OnUpdate: func(string, *troupev1.Machine, *troupev1.Machine) { wakeAll() },
+		OnAdd:    func(_ string, m *troupev1.Machine) { s.view.setMachine(m); s.wakeAll() },
+		OnUpdate: func(_ string, _, m *troupev1.Machine) { s.view.setMachine(m); s.wakeAll() },
+		OnDelete: func(_ string, m *troupev1.Machine) { s.view.deleteMachine(m.GetMetadata().GetName()) },
 	})
 	s.counters.AddHandler(cache.Handler[*troupev1.Counter]{
-		OnUpdate: func(_ string, old, cur *troupev1.Counter) {
+		OnAdd: func(key string, c *troupev1.Counter) { s.view.setCounter(key, c.GetValue(), c.GetMetadata().GetVersion()) },
+		OnUpdate: func(key string, old, cur *troupev1.Counter) {
+			s.view.setCounter(key, cur.GetValue(), cur.GetMetadata().GetVersion())
 			if cur.GetValue() < old.GetValue() {
-				wakeAll() // capacity was released
+				s.wakeAll() // capacity was released
 			}
 		},
+		OnDelete: func(key string, _ *troupev1.Counter) { s.view.deleteCounter(key); s.wakeAll() },
 	})
 	return s, nil
 }
@@ -133,12 +138,24 @@ func New(c *clientlib.Client, cfg Config) (*Scheduler, error) {
 // Stats returns the instance's counters so far.
 func (s *Scheduler) Stats() Snapshot { return s.stats.snapshot(s.cfg.Now()) }
 
+// WaitForSync waits until Run has filled the instance's caches, or ctx
+// ends.
+func (s *Scheduler) WaitForSync(ctx context.Context) error {
+	for _, inf := range []cache.Syncer{s.machines, s.tasks, s.counters} {
+		if err := inf.WaitForSync(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Run schedules until ctx ends.
 func (s *Scheduler) Run(ctx context.Context) error {
 	if err := cache.Start(ctx, s.machines, s.tasks, s.counters); err != nil {
 		return err
 	}
 	s.wakePending()
+	go s.waker(ctx)
 	if s.cfg.PublishInterval > 0 {
 		go s.publish(ctx, s.cfg.PublishInterval)
 	}
@@ -175,9 +192,34 @@ func jobOf(t *troupev1.Task) string {
 	return t.GetMetadata().GetNamespace() + "/" + t.GetSpec().GetJob()
 }
 
-func (s *Scheduler) taskChanged(t *troupev1.Task) {
+func (s *Scheduler) taskChanged(key string, t *troupev1.Task) {
+	s.mu.Lock()
+	if a, ok := s.assumed[key]; ok && t.GetMetadata().GetVersion() >= a.version {
+		delete(s.assumed, key) // the cache caught up with our placement (or what followed it)
+	}
+	s.mu.Unlock()
 	if clientlib.Pending(t) && s.serves(t) {
 		s.queue.Add(jobOf(t))
+	}
+}
+
+// wakeAll asks for every pending job to be queued again, without waiting.
+func (s *Scheduler) wakeAll() {
+	select {
+	case s.wake <- struct{}{}:
+	default: // a pass is already due
+	}
+}
+
+// waker runs the passes wakeAll asks for until ctx ends.
+func (s *Scheduler) waker(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.wake:
+			s.wakePending()
+		}
 	}
 }
 

@@ -6,8 +6,6 @@ import (
 	"runtime"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/troupe-cluster/troupe/cellstore/memstore"
 	"github.com/troupe-cluster/troupe/clientlib"
 	"github.com/troupe-cluster/troupe/clientlib/cache"
@@ -135,36 +133,10 @@ func RunCacheBench(ctx context.Context, machines, tasks int) (CacheResult, error
 }
 
 func fill(ctx context.Context, s *memstore.Store, machines, tasks int) error {
-	const per = 500
-	put := func(n int, obj func(i int) (string, proto.Message)) error {
-		for i := 0; i < n; i += per {
-			g := &storev1.Group{}
-			for j := i; j < min(i+per, n); j++ {
-				key, m := obj(j)
-				v, err := proto.Marshal(m)
-				if err != nil {
-					return err
-				}
-				g.Ops = append(g.Ops, &storev1.Op{Op: &storev1.Op_Put{Put: &storev1.Put{Key: key, Value: v}}})
-			}
-			if _, err := s.Commit(ctx, &storev1.CommitRequest{Groups: []*storev1.Group{g}}); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if err := put(machines, func(i int) (string, proto.Message) {
-		m := benchMachine(i)
-		k, _ := clientlib.Machines.Key(m)
-		return k, m
-	}); err != nil {
+	if err := putAll(ctx, s, machines, func(g *clientlib.Group, i int) { clientlib.PutObject(g, clientlib.Machines, benchMachine(i)) }); err != nil {
 		return err
 	}
-	return put(tasks, func(i int) (string, proto.Message) {
-		t := benchTask(i, machines)
-		k, _ := clientlib.Tasks.Key(t)
-		return k, t
-	})
+	return putAll(ctx, s, tasks, func(g *clientlib.Group, i int) { clientlib.PutObject(g, clientlib.Tasks, benchTask(i, machines)) })
 }
 
 // liveHeap is the heap in use after a full collection.

@@ -7,18 +7,24 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
+	"strconv"
 	"strings"
 
+	"github.com/troupe-cluster/troupe/schedulers/framework"
 	"github.com/troupe-cluster/troupe/tools/bench"
 )
 
 // runBench runs the store workloads against Troupe alone: a cell started
 // in this process, or an existing one (-endpoints). `make bench-compare`
 // runs the same workloads against etcd too. `troupe bench cache` measures
-// the client library's cache instead.
+// the client library's cache, `troupe bench schedule` the schedulers.
 func runBench(args []string) error {
 	if len(args) > 0 && args[0] == "cache" {
 		return runCacheBench(args[1:])
+	}
+	if len(args) > 0 && args[0] == "schedule" {
+		return runScheduleBench(args[1:])
 	}
 	var o bench.Options
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
@@ -84,4 +90,76 @@ func runCacheBench(args []string) error {
 		"heap_mb": float64(res.HeapBytes) / (1 << 20), "bytes_per_object": int(res.BytesPerObject),
 		"sync_seconds": res.SyncSeconds, "events_per_sec": int(res.EventsPerSec),
 	})
+}
+
+// runScheduleBench runs the scheduling benchmark for each combination of
+// scheduler count and conflict mode, each on a fresh in-process store,
+// and prints one JSON object per run.
+func runScheduleBench(args []string) error {
+	fs := flag.NewFlagSet("bench schedule", flag.ContinueOnError)
+	machines := fs.Int("machines", 10000, "hollow machines in the cell")
+	tasks := fs.Int("tasks", 100000, "tasks to place")
+	perJob := fs.Int("tasks-per-job", 100, "tasks per job (one commit per job)")
+	schedulers := fs.String("schedulers", "1,2,4", "comma-separated batch scheduler counts to run")
+	conflicts := fs.String("conflict", "fine,coarse", "comma-separated conflict modes to run: fine, coarse")
+	seed := fs.Uint64("seed", 1, "seed of the tasks' requests and the schedulers' choices")
+	dir := fs.String("dir", "", "parent of the temporary data directories")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the runs to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	var counts []int
+	for _, f := range strings.Split(*schedulers, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return fmt.Errorf("-schedulers: %q is not a positive count", f)
+		}
+		counts = append(counts, n)
+	}
+	var modes []framework.ConflictMode
+	for _, f := range strings.Split(*conflicts, ",") {
+		switch strings.TrimSpace(f) {
+		case "fine":
+			modes = append(modes, framework.Fine)
+		case "coarse":
+			modes = append(modes, framework.Coarse)
+		default:
+			return fmt.Errorf("-conflict: unknown mode %q (fine, coarse)", f)
+		}
+	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	out := json.NewEncoder(os.Stdout)
+	for _, n := range counts {
+		for _, mode := range modes {
+			runDir, err := os.MkdirTemp(*dir, "troupe-bench-schedule-")
+			if err != nil {
+				return err
+			}
+			res, err := bench.RunSchedule(ctx, bench.ScheduleConfig{Machines: *machines, Tasks: *tasks, TasksPerJob: *perJob,
+				Schedulers: n, Conflict: mode, Dir: runDir, Seed: *seed})
+			os.RemoveAll(runDir)
+			if err != nil {
+				return fmt.Errorf("%d schedulers, %v: %w", n, mode, err)
+			}
+			if err := out.Encode(res); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -1,0 +1,151 @@
+package scheduler
+
+import (
+	"maps"
+	"strings"
+	"sync"
+
+	"github.com/troupe-cluster/troupe/clientlib"
+	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
+	"github.com/troupe-cluster/troupe/schedulers/framework"
+)
+
+// cellView keeps the machines as decisions see them, built from the
+// machine and counter caches as their events arrive, so that a decision
+// copies a slice of pointers instead of rebuilding every machine: with
+// 10,000 machines that is microseconds, not tens of milliseconds.
+//
+// Published *framework.Machine values are never changed; an event
+// replaces the machine's pointer with a new one.
+type cellView struct {
+	mu       sync.Mutex
+	index    map[string]int // machine name → position in machines
+	machines []*framework.Machine
+	entries  map[string]*viewEntry // by machine name, registered or not
+}
+
+// viewEntry is what the view knows of one machine: its object (nil until
+// registered) and its counters, which may arrive first.
+type viewEntry struct {
+	obj      *troupev1.Machine
+	alloc    map[string]int64
+	versions map[string]uint64
+}
+
+func newCellView() *cellView {
+	return &cellView{index: map[string]int{}, entries: map[string]*viewEntry{}}
+}
+
+func (v *cellView) entry(name string) *viewEntry {
+	e, ok := v.entries[name]
+	if !ok {
+		e = &viewEntry{alloc: map[string]int64{}, versions: map[string]uint64{}}
+		v.entries[name] = e
+	}
+	return e
+}
+
+// setMachine records a machine's object (added or updated).
+func (v *cellView) setMachine(m *troupev1.Machine) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	name := m.GetMetadata().GetName()
+	v.entry(name).obj = m
+	v.publish(name)
+}
+
+// deleteMachine forgets a machine's object; its counters stay until they
+// are deleted too.
+func (v *cellView) deleteMachine(name string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if e, ok := v.entries[name]; ok {
+		e.obj = nil
+	}
+	v.publish(name)
+}
+
+// setCounter records the value and version of the counter at key
+// (/alloc/<machine>/<resource>), unless the view already holds a later
+// version: the scheduler assumes its own commits' counters before the
+// cache shows them, and an older event must not undo that.
+func (v *cellView) setCounter(key string, value int64, version uint64) {
+	v.updateCounter(key, func(e *viewEntry, r string) {
+		if version >= e.versions[r] {
+			e.alloc[r], e.versions[r] = value, version
+		}
+	})
+}
+
+// deleteCounter forgets the counter at key.
+func (v *cellView) deleteCounter(key string) {
+	v.updateCounter(key, func(e *viewEntry, r string) {
+		delete(e.alloc, r)
+		delete(e.versions, r)
+	})
+}
+
+// updateCounter applies change to copies of the counter maps of key's
+// machine (published machines share the old ones) and republishes it.
+func (v *cellView) updateCounter(key string, change func(e *viewEntry, resource string)) {
+	machine, resource, ok := strings.Cut(strings.TrimPrefix(key, clientlib.AllocPrefix), "/")
+	if !ok {
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	e := v.entry(machine)
+	e.alloc, e.versions = maps.Clone(e.alloc), maps.Clone(e.versions)
+	change(e, resource)
+	v.publish(machine)
+}
+
+// publish rebuilds the decision view of machine name from its entry.
+func (v *cellView) publish(name string) {
+	e := v.entries[name]
+	i, listed := v.index[name]
+	if e == nil || e.obj == nil {
+		if listed { // swap-remove
+			last := len(v.machines) - 1
+			v.machines[i] = v.machines[last]
+			v.index[v.machines[i].Name] = i
+			v.machines = v.machines[:last]
+			delete(v.index, name)
+		}
+		return
+	}
+	m := e.obj
+	fm := &framework.Machine{
+		Name: name, Object: m, Labels: m.GetMetadata().GetLabels(), Taints: m.GetSpec().GetTaints(),
+		Capacity: m.GetSpec().GetCapacity(), Allocated: e.alloc, AllocVersions: e.versions,
+		Unschedulable: m.GetSpec().GetUnschedulable() || m.GetStatus().GetPhase() == troupev1.MachinePhase_MACHINE_PHASE_LOST,
+	}
+	if listed {
+		v.machines[i] = fm
+		return
+	}
+	v.index[name] = len(v.machines)
+	v.machines = append(v.machines, fm)
+}
+
+// snapshot returns the machines for one decision of job, with jobTasks
+// (the job's tasks per machine) filled into copies of the machines that
+// have some.
+func (v *cellView) snapshot(jobTasks map[string]int, job string) []*framework.Machine {
+	v.mu.Lock()
+	out := make([]*framework.Machine, len(v.machines))
+	copy(out, v.machines)
+	idx := make(map[string]int, len(jobTasks))
+	for name := range jobTasks {
+		if i, ok := v.index[name]; ok {
+			idx[name] = i
+		}
+	}
+	v.mu.Unlock()
+	for name, i := range idx {
+		c := *out[i]
+		c.JobTasks = map[string]int{job: jobTasks[name]}
+		out[i] = &c
+	}
+	return out
+}

@@ -1,0 +1,37 @@
+package bench
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/troupe-cluster/troupe/schedulers/framework"
+)
+
+// Competing batch schedulers place 10,000 tasks on 1,000 hollow machines
+// of a real store; the audit of every machine finds no allocation above
+// capacity and counters that match the tasks bound.
+func TestCompetingSchedulersAudit(t *testing.T) {
+	machines, tasks := 1000, 10000
+	if testing.Short() {
+		machines, tasks = 100, 1000
+	}
+	for _, mode := range []framework.ConflictMode{framework.Fine, framework.Coarse} {
+		t.Run(conflictName(mode), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+			defer cancel()
+			res, err := RunSchedule(ctx, ScheduleConfig{Machines: machines, Tasks: tasks, TasksPerJob: 50, Schedulers: 2,
+				Conflict: mode, Dir: t.TempDir(), Seed: 7})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%+v", res)
+			if res.Placed != tasks {
+				t.Errorf("%d of %d tasks placed", res.Placed, tasks)
+			}
+			if res.Overcommitted != 0 || res.CounterMismatches != 0 {
+				t.Errorf("%d machines over capacity, %d with counters that disagree with their tasks", res.Overcommitted, res.CounterMismatches)
+			}
+		})
+	}
+}
