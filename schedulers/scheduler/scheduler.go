@@ -123,7 +123,9 @@ func New(c *clientlib.Client, cfg Config) (*Scheduler, error) {
 		OnDelete: func(_ string, m *troupev1.Machine) { s.view.deleteMachine(m.GetMetadata().GetName()) },
 	})
 	s.counters.AddHandler(cache.Handler[*troupev1.Counter]{
-		OnAdd: func(key string, c *troupev1.Counter) { s.view.setCounter(key, c.GetValue(), c.GetMetadata().GetVersion()) },
+		OnAdd: func(key string, c *troupev1.Counter) {
+			s.view.setCounter(key, c.GetValue(), c.GetMetadata().GetVersion())
+		},
 		OnUpdate: func(key string, old, cur *troupev1.Counter) {
 			s.view.setCounter(key, cur.GetValue(), cur.GetMetadata().GetVersion())
 			if cur.GetValue() < old.GetValue() {

@@ -283,7 +283,6 @@ func audit(ctx context.Context, c *clientlib.Client, res *ScheduleResult) error 
 	return nil
 }
 
-
 func conflictName(m framework.ConflictMode) string {
 	if m == framework.Coarse {
 		return "coarse"
