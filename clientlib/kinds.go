@@ -78,6 +78,19 @@ func TaskRef(namespace, job string, index int32) string {
 // TaskName is the metadata.name of a job's task.
 func TaskName(job string, index int32) string { return job + "-" + strconv.Itoa(int(index)) }
 
+// ParseTaskName splits a task's metadata.name, "<job>-<index>".
+func ParseTaskName(name string) (job string, index int32, err error) {
+	i := strings.LastIndex(name, "-")
+	if i <= 0 {
+		return "", 0, fmt.Errorf("task name %q is not <job>-<index>", name)
+	}
+	n, err := strconv.ParseUint(name[i+1:], 10, 31)
+	if err != nil {
+		return "", 0, fmt.Errorf("task name %q is not <job>-<index>: the index is not a number", name)
+	}
+	return name[:i], int32(n), nil
+}
+
 // taskRef checks a "<namespace>/<job>/<index>" name.
 func taskRef(name string) (string, error) {
 	parts := strings.Split(name, "/")
@@ -136,7 +149,44 @@ var (
 		key: byName[*troupev1.SchedulerInfo], new: func() *troupev1.SchedulerInfo { return &troupev1.SchedulerInfo{} }}
 	ValidationPolicies = Kind[*troupev1.ValidationPolicy]{Name: "ValidationPolicy", Prefix: "/policies/",
 		key: byName[*troupev1.ValidationPolicy], new: func() *troupev1.ValidationPolicy { return &troupev1.ValidationPolicy{} }}
+	// Events are those of jobs and their tasks, kept with the job
+	// (/events/<namespace>/<job>/<name>); MachineEvents those of machines
+	// (/machineevents/<machine>/<name>). Both hold Events: EventsOf says
+	// which an event belongs to.
+	Events = Kind[*troupev1.Event]{Name: "Event", Namespaced: true, Prefix: "/events/",
+		key: func(e *troupev1.Event) (string, error) {
+			ns, err := segment("namespace", e.GetMetadata().GetNamespace())
+			if err != nil {
+				return "", err
+			}
+			job, err := segment("job", e.GetJob())
+			if err != nil {
+				return "", err
+			}
+			name, err := segment("name", e.GetMetadata().GetName())
+			return ns + "/" + job + "/" + name, err
+		},
+		new: func() *troupev1.Event { return &troupev1.Event{} }}
+	MachineEvents = Kind[*troupev1.Event]{Name: "Event", Prefix: "/machineevents/",
+		key: func(e *troupev1.Event) (string, error) {
+			m, err := segment("involved_name", e.GetInvolvedName())
+			if err != nil {
+				return "", err
+			}
+			name, err := segment("name", e.GetMetadata().GetName())
+			return m + "/" + name, err
+		},
+		new: func() *troupev1.Event { return &troupev1.Event{} }}
 )
+
+// EventsOf returns the kind an event is stored as: MachineEvents for a
+// machine's, Events for a job's or a task's.
+func EventsOf(e *troupev1.Event) Kind[*troupev1.Event] {
+	if e.GetInvolvedKind() == Machines.Name {
+		return MachineEvents
+	}
+	return Events
+}
 
 // DecodeCounter reads a counter key's value (decimal text) into a
 // Counter named after the key's last segment.

@@ -243,3 +243,22 @@ func TestTxnPlacement(t *testing.T) {
 		t.Fatalf("transaction with an invalid task: %v", err)
 	}
 }
+
+func TestParseTaskName(t *testing.T) {
+	for _, tc := range []struct {
+		name, job string
+		index     int32
+		ok        bool
+	}{
+		{"web-3", "web", 3, true},
+		{"my-job-12", "my-job", 12, true},
+		{"web", "", 0, false},
+		{"-3", "", 0, false},
+		{"web-x", "", 0, false},
+	} {
+		job, index, err := clientlib.ParseTaskName(tc.name)
+		if (err == nil) != tc.ok || job != tc.job || index != tc.index {
+			t.Errorf("ParseTaskName(%q) = %q, %d, %v", tc.name, job, index, err)
+		}
+	}
+}

@@ -243,15 +243,40 @@ func validateKind(obj Object) []FieldError {
 		for i, r := range o.GetSpec().GetRules() {
 			c.check(r.GetExpression() != "", fmt.Sprintf("spec.rules[%d].expression", i), "required", "must not be empty")
 		}
+	case *troupev1.Event:
+		c.event(o)
 	default:
 		c.add("", "known-kind", "unknown kind %T", obj)
 	}
 	return c.errs
 }
 
+// event checks an Event: what it involves decides where it is stored.
+func (c *checker) event(e *troupev1.Event) {
+	kind, name, job := e.GetInvolvedKind(), e.GetInvolvedName(), e.GetJob()
+	c.meta(e.GetMetadata(), kind != Machines.Name, c.name)
+	switch kind {
+	case Jobs.Name:
+		c.name("involved_name", name)
+		c.check(job == name, "job", "involved-job", "must be the involved job %q, got %q", name, job)
+	case Tasks.Name:
+		c.name("involved_name", name)
+		c.name("job", job)
+		c.check(strings.HasPrefix(name, job+"-"), "involved_name", "task-name", "task %q is not one of job %q (<job>-<index>)", name, job)
+	case Machines.Name:
+		c.machineName("involved_name", name)
+		c.check(job == "", "job", "forbidden", "must be empty for a machine's event")
+	default:
+		c.add("involved_kind", "known-kind", "must be Job, Task or Machine, got %q", kind)
+	}
+	c.check(e.GetType() == EventNormal || e.GetType() == EventWarning, "type", "event-type", "must be %s or %s, got %q", EventNormal, EventWarning, e.GetType())
+	c.check(e.GetReason() != "", "reason", "required", "must not be empty")
+	c.check(e.GetCount() >= 1, "count", "positive", "must be at least 1, got %d", e.GetCount())
+}
+
 var kindNames = map[string]bool{
 	Machines.Name: true, Leases.Name: true, Jobs.Name: true, Tasks.Name: true, Bindings.Name: true,
-	Runs.Name: true, Schedulers.Name: true, ValidationPolicies.Name: true,
+	Runs.Name: true, Schedulers.Name: true, ValidationPolicies.Name: true, Events.Name: true,
 }
 
 // Default fills in the defaults of obj, in place.

@@ -2,9 +2,10 @@
 //
 // A key's shard key is derived from its family (first path segment):
 //
-//	/machines/<m> /leases/<m> /alloc/<m>/… /bindings/<m>/… /runs/<m>/…  →  "m/<m>"
-//	/jobs/<ns>/<job> /tasks/<ns>/<job>/…                                →  "j/<ns>/<job>"
-//	/<family>/<name>/… (anything else)                                   →  "/<family>/<name>"
+//	/machines/<m> /leases/<m> /alloc/<m>/… /bindings/<m>/…
+//	/runs/<m>/… /machineevents/<m>/…                       →  "m/<m>"
+//	/jobs/<ns>/<job> /tasks/<ns>/<job>/… /events/<ns>/<job>/…  →  "j/<ns>/<job>"
+//	/<family>/<name>/… (anything else)                     →  "/<family>/<name>"
 //
 // so all keys of one machine live on one shard, and so do all keys of one
 // job. The shard is FNV-1a(shard key) mod the cell's shard count, which is
@@ -18,8 +19,9 @@ import (
 
 // machineFamilies hold machine-scoped keys; jobFamilies job-scoped ones.
 var (
-	machineFamilies = map[string]bool{"machines": true, "leases": true, "alloc": true, "bindings": true, "runs": true}
-	jobFamilies     = map[string]bool{"jobs": true, "tasks": true}
+	machineFamilies = map[string]bool{"machines": true, "leases": true, "alloc": true, "bindings": true, "runs": true,
+		"machineevents": true}
+	jobFamilies = map[string]bool{"jobs": true, "tasks": true, "events": true}
 )
 
 // segments returns how many path segments after the family make up the

@@ -12,8 +12,10 @@ func TestShardKey(t *testing.T) {
 		{"/alloc/m1/cpu", "m/m1"},
 		{"/bindings/m1/ns/job/3", "m/m1"},
 		{"/runs/m1/t", "m/m1"},
+		{"/machineevents/m1/0001-ab", "m/m1"},
 		{"/jobs/ns/job", "j/ns/job"},
 		{"/tasks/ns/job/17", "j/ns/job"},
+		{"/events/ns/job/0001-ab", "j/ns/job"},
 		{"/schedulers/batch-1", "/schedulers/batch-1"},
 		{"/schedulers/batch-1/stats", "/schedulers/batch-1"},
 		{"/toplevel", "/toplevel"},
@@ -29,8 +31,9 @@ func TestShardKey(t *testing.T) {
 func TestRouterKeepsFamiliesTogether(t *testing.T) {
 	r := NewRouter(16)
 	for _, group := range [][]string{
-		{"/machines/m7", "/leases/m7", "/alloc/m7/cpu", "/alloc/m7/memory", "/bindings/m7/a/b/0", "/runs/m7/a/b/0"},
-		{"/jobs/ns/web", "/tasks/ns/web/0", "/tasks/ns/web/99"},
+		{"/machines/m7", "/leases/m7", "/alloc/m7/cpu", "/alloc/m7/memory", "/bindings/m7/a/b/0", "/runs/m7/a/b/0",
+			"/machineevents/m7/0001-ab"},
+		{"/jobs/ns/web", "/tasks/ns/web/0", "/tasks/ns/web/99", "/events/ns/web/0001-ab"},
 	} {
 		for _, k := range group[1:] {
 			if r.Shard(k) != r.Shard(group[0]) {
@@ -57,6 +60,8 @@ func TestPrefixShards(t *testing.T) {
 		{"/bindings/m1", false}, // also /bindings/m10...
 		{"/tasks/ns/job/", true},
 		{"/tasks/ns/", false},
+		{"/events/ns/job/", true},
+		{"/machineevents/m1/", true},
 		{"/", false},
 		{"", false},
 		{"/schedulers/s/", true},

@@ -1,9 +1,10 @@
 // Package gc is the garbage collector: it deletes the Runs that no task
 // needs any more — their task is gone, has moved on to a later attempt, or
 // finished — once they have been finished for the retention period, so
-// that `troupe describe` can still show recent outcomes. (Bindings need no
-// collection: a task's Binding is deleted in the transaction that unbinds
-// it.)
+// that `troupe describe` can still show recent outcomes, and the Events
+// (of jobs, tasks and machines) last seen more than the retention period
+// ago. (Bindings need no collection: a task's Binding is deleted in the
+// transaction that unbinds it.)
 package gc
 
 import (
@@ -62,22 +63,42 @@ func (gc *Collector) Run(ctx context.Context) error {
 	}
 }
 
-// Collect deletes the collectable runs once and says how many it deleted.
+// Collect deletes the collectable runs and events once and says how many
+// it deleted. Events are listed from the store each time rather than
+// cached: they are many and read only here.
 func (gc *Collector) Collect(ctx context.Context) (int, error) {
 	now := gc.cfg.Now()
-	deleted := 0
-	var errs []error
-	for _, run := range gc.runs.Indexer().List() {
-		if !gc.collectable(run, now) {
+	deleted, errs := deleteIf(ctx, gc.c, clientlib.Runs, gc.runs.Indexer().List(), func(r *troupev1.Run) bool { return gc.collectable(r, now) })
+	for _, k := range []clientlib.Kind[*troupev1.Event]{clientlib.Events, clientlib.MachineEvents} {
+		events, _, err := clientlib.List(ctx, gc.c, k, "")
+		if err != nil {
+			errs = append(errs, err)
 			continue
 		}
-		if err := clientlib.Delete(ctx, gc.c, clientlib.Runs, run); err != nil {
+		n, more := deleteIf(ctx, gc.c, k, events, func(e *troupev1.Event) bool {
+			return !e.GetLastSeen().AsTime().Add(gc.cfg.Retention).After(now)
+		})
+		deleted += n
+		errs = append(errs, more...)
+	}
+	return deleted, errors.Join(errs...)
+}
+
+// deleteIf deletes the objects of kind k that collectable accepts.
+func deleteIf[T clientlib.Object](ctx context.Context, c *clientlib.Client, k clientlib.Kind[T], objs []T, collectable func(T) bool) (int, []error) {
+	deleted := 0
+	var errs []error
+	for _, o := range objs {
+		if !collectable(o) {
+			continue
+		}
+		if err := clientlib.Delete(ctx, c, k, o); err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		deleted++
 	}
-	return deleted, errors.Join(errs...)
+	return deleted, errs
 }
 
 func (gc *Collector) collectable(run *troupev1.Run, now time.Time) bool {

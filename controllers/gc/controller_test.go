@@ -3,6 +3,7 @@ package gc_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -15,19 +16,26 @@ import (
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 )
 
-func TestCollectsFinishedRunsAfterRetention(t *testing.T) {
+// startStore starts a one-node store and returns a client of it.
+func startStore(t *testing.T) (context.Context, *clientlib.Client) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
 	lc, err := localcell.Start(ctx, localcell.Config{Dir: t.TempDir(), Replicas: 1, Shards: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lc.Close()
+	t.Cleanup(func() { lc.Close() })
 	c, err := clientlib.New(clientlib.DefaultConfig(lc.Endpoints()...))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
+	return ctx, c
+}
+
+func TestCollectsFinishedRunsAfterRetention(t *testing.T) {
+	ctx, c := startStore(t)
 	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 	task := func(i int32, phase troupev1.TaskPhase, attempt int32) {
 		if _, err := clientlib.Create(ctx, c, clientlib.Tasks, &troupev1.Task{Metadata: &troupev1.ObjectMeta{Name: clientlib.TaskName("j", i), Namespace: "ns"},
@@ -84,5 +92,39 @@ func TestCollectsFinishedRunsAfterRetention(t *testing.T) {
 				t.Log(err)
 			}
 		}
+	}
+}
+
+// Events last seen more than the retention ago go, of jobs and tasks as
+// of machines; newer ones stay.
+func TestCollectsOldEvents(t *testing.T) {
+	ctx, c := startStore(t)
+	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	event := func(kind, ns, job, name string, lastSeen time.Duration) {
+		e := &troupev1.Event{Metadata: &troupev1.ObjectMeta{Name: fmt.Sprintf("%020d-x", now.Add(-lastSeen).UnixNano()), Namespace: ns},
+			InvolvedKind: kind, InvolvedName: name, Job: job, Type: clientlib.EventNormal, Reason: "Note", Count: 1,
+			FirstSeen: timestamppb.New(now.Add(-2 * time.Hour)), LastSeen: timestamppb.New(now.Add(-lastSeen))}
+		if _, err := clientlib.Create(ctx, c, clientlib.EventsOf(e), e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	event("Job", "ns", "j", "j", 2*time.Hour)       // old: collected
+	event("Task", "ns", "j", "j-0", 30*time.Minute) // seen recently (aggregated): kept
+	event("Machine", "", "", "m1", 61*time.Minute)  // old: collected
+	event("Machine", "", "", "m1", time.Minute)     // recent: kept
+	col, err := gc.New(c, gc.Config{Now: func() time.Time { return now }, Retention: time.Hour, Interval: time.Hour, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := col.Collect(ctx); n != 2 || err != nil {
+		t.Fatalf("Collect: %d deleted, %v; want 2", n, err)
+	}
+	jobs, _, err := clientlib.List(ctx, c, clientlib.Events, "")
+	if err != nil || len(jobs) != 1 || jobs[0].GetInvolvedName() != "j-0" {
+		t.Fatalf("job events left: %v %v", jobs, err)
+	}
+	machines, _, err := clientlib.List(ctx, c, clientlib.MachineEvents, "")
+	if err != nil || len(machines) != 1 || !machines[0].GetLastSeen().AsTime().Equal(now.Add(-time.Minute)) {
+		t.Fatalf("machine events left: %v %v", machines, err)
 	}
 }

@@ -21,7 +21,11 @@
 //     task has, and fails when a task fails with no retries left.
 //
 // Each change is its own small transaction with version conditions; a
-// conflict requeues the job.
+// conflict requeues the job. Once a change is written it is recorded as
+// an Event (Config.Events): tasks created (TasksCreated) or stopped above a
+// reduced count (ScaledDown), a task failed (Failed, with its exit code),
+// retried (Retrying, n of max_retries) or, for a service, replaced
+// (Replaced), and the job succeeded, failed or stopped.
 package job
 
 import (
@@ -46,6 +50,8 @@ type Config struct {
 	Logger *zap.Logger
 	// Queue sets the retry backoff of jobs whose sync failed.
 	Queue cache.QueueConfig
+	// Events records what the controller did (nil: nothing is recorded).
+	Events *clientlib.EventRecorder
 }
 
 // Controller is a running job controller.
@@ -168,7 +174,16 @@ func (ctl *Controller) sync(ctx context.Context, jobName string) (time.Duration,
 	}
 	spec := job.GetSpec()
 	status := &troupev1.JobStatus{}
-	exhausted := false
+	exhausted := "" // a task that failed with no retries left
+	var created, scaledDown int
+	defer func() {
+		if created > 0 {
+			ctl.jobEvent(job, clientlib.EventNormal, "TasksCreated", "Created %d task(s) of %d", created, spec.GetCount())
+		}
+		if scaledDown > 0 {
+			ctl.jobEvent(job, clientlib.EventNormal, "ScaledDown", "Stopped %d task(s) above count %d", scaledDown, spec.GetCount())
+		}
+	}()
 	for i := int32(0); i < spec.GetCount() || int(i) < len(tasks); i++ {
 		t, exists := tasks[i]
 		switch {
@@ -177,12 +192,16 @@ func (ctl *Controller) sync(ctx context.Context, jobName string) (time.Duration,
 				if err := ctl.finish(ctx, t, troupev1.TaskPhase_TASK_PHASE_STOPPED, "job stopped or scaled down"); err != nil {
 					return 0, err
 				}
+				if !spec.GetStopped() {
+					scaledDown++
+				}
 			}
 			continue
 		case !exists:
 			if err := ctl.create(ctx, job, i, 0, now); err != nil {
 				return 0, err
 			}
+			created++
 			status.Pending++
 			continue
 		}
@@ -192,15 +211,17 @@ func (ctl *Controller) sync(ctx context.Context, jobName string) (time.Duration,
 		batch := spec.GetType() == troupev1.JobType_JOB_TYPE_BATCH
 		if retry && batch && (t.GetSpec().GetAttempt() >= spec.GetMaxRetries() ||
 			phase == troupev1.TaskPhase_TASK_PHASE_FAILED && restartsInPlace(t.GetSpec())) {
-			exhausted = true
+			exhausted = t.GetMetadata().GetName()
 			retry = false
 		}
 		if retry {
 			wait := spec.GetRetryBackoff().AsDuration() - now.Sub(t.GetStatus().GetFinished().AsTime())
 			if t.GetStatus().GetFinished() == nil || wait <= 0 {
+				prev := proto.Clone(t).(*troupev1.Task) // replace changes an unbound t
 				if err := ctl.replace(ctx, job, t, now); err != nil {
 					return 0, err
 				}
+				ctl.retried(job, prev)
 				status.Retries++
 				status.Pending++
 				continue
@@ -269,7 +290,15 @@ func (ctl *Controller) observe(ctx context.Context, t *troupev1.Task) error {
 	case troupev1.RunPhase_RUN_PHASE_SUCCEEDED:
 		return ctl.finishRun(ctx, t, run, troupev1.TaskPhase_TASK_PHASE_SUCCEEDED)
 	case troupev1.RunPhase_RUN_PHASE_FAILED, troupev1.RunPhase_RUN_PHASE_KILLED:
-		return ctl.finishRun(ctx, t, run, troupev1.TaskPhase_TASK_PHASE_FAILED)
+		if err := ctl.finishRun(ctx, t, run, troupev1.TaskPhase_TASK_PHASE_FAILED); err != nil {
+			return err
+		}
+		msg := fmt.Sprintf("Attempt %d %s on %s with exit code %d", run.GetAttempt(),
+			strings.ToLower(strings.TrimPrefix(run.GetPhase().String(), "RUN_PHASE_")), m, run.GetExitCode())
+		if r := run.GetReason(); r != "" {
+			msg += ": " + r
+		}
+		ctl.taskEvent(t, clientlib.EventWarning, "Failed", "%s", msg)
 	}
 	return nil
 }
@@ -343,15 +372,46 @@ func restartsInPlace(t *troupev1.TaskSpec) bool {
 	return p == troupev1.RestartPolicy_RESTART_POLICY_ON_FAILURE || p == troupev1.RestartPolicy_RESTART_POLICY_ALWAYS
 }
 
-// setStatus writes the job's status if it changed.
-func (ctl *Controller) setStatus(ctx context.Context, job *troupev1.Job, st *troupev1.JobStatus, exhausted bool, now time.Time) error {
+// retried records the replacement of finished task t by its next attempt.
+func (ctl *Controller) retried(job *troupev1.Job, t *troupev1.Task) {
+	spec, st := job.GetSpec(), t.GetStatus()
+	prev := fmt.Sprintf("attempt %d %s", t.GetSpec().GetAttempt(), strings.ToLower(strings.TrimPrefix(st.GetPhase().String(), "TASK_PHASE_")))
+	if st.GetPhase() == troupev1.TaskPhase_TASK_PHASE_FAILED {
+		prev += fmt.Sprintf(" with exit code %d", st.GetExitCode())
+	}
+	if st.GetReason() != "" {
+		prev += ": " + st.GetReason()
+	}
+	backoff := spec.GetRetryBackoff().AsDuration()
+	if spec.GetType() == troupev1.JobType_JOB_TYPE_SERVICE {
+		ctl.taskEvent(t, clientlib.EventNormal, "Replaced", "Replica replaced by attempt %d after %v backoff; %s",
+			t.GetSpec().GetAttempt()+1, backoff, prev)
+		return
+	}
+	ctl.taskEvent(t, clientlib.EventNormal, "Retrying", "Retry %d of %d after %v backoff; %s",
+		t.GetSpec().GetAttempt()+1, spec.GetMaxRetries(), backoff, prev)
+}
+
+func (ctl *Controller) jobEvent(job *troupev1.Job, eventType, reason, format string, args ...any) {
+	m := job.GetMetadata()
+	ctl.cfg.Events.Record(clientlib.Jobs.Name, m.GetNamespace(), m.GetName(), m.GetName(), eventType, reason, fmt.Sprintf(format, args...))
+}
+
+func (ctl *Controller) taskEvent(t *troupev1.Task, eventType, reason, format string, args ...any) {
+	m := t.GetMetadata()
+	ctl.cfg.Events.Record(clientlib.Tasks.Name, m.GetNamespace(), t.GetSpec().GetJob(), m.GetName(), eventType, reason, fmt.Sprintf(format, args...))
+}
+
+// setStatus writes the job's status if it changed, and records the
+// job's end (succeeded, failed, stopped) once.
+func (ctl *Controller) setStatus(ctx context.Context, job *troupev1.Job, st *troupev1.JobStatus, exhausted string, now time.Time) error {
 	spec := job.GetSpec()
 	switch {
 	case spec.GetStopped():
 		st.Phase = troupev1.JobPhase_JOB_PHASE_STOPPED
-	case exhausted:
+	case exhausted != "":
 		st.Phase = troupev1.JobPhase_JOB_PHASE_FAILED
-		st.Message = "a task failed with no retries left"
+		st.Message = fmt.Sprintf("task %s failed with no retries left (max_retries %d)", exhausted, spec.GetMaxRetries())
 	case spec.GetType() == troupev1.JobType_JOB_TYPE_BATCH && st.Succeeded == spec.GetCount():
 		st.Phase = troupev1.JobPhase_JOB_PHASE_SUCCEEDED
 	case st.Running > 0 || st.Succeeded > 0:
@@ -373,6 +433,18 @@ func (ctl *Controller) setStatus(ctx context.Context, job *troupev1.Job, st *tro
 	}
 	u := proto.Clone(job).(*troupev1.Job)
 	u.Status = st
-	_, err := clientlib.Update(ctx, ctl.c, clientlib.Jobs, u)
-	return err
+	if _, err := clientlib.Update(ctx, ctl.c, clientlib.Jobs, u); err != nil {
+		return err
+	}
+	if st.Phase != old.GetPhase() {
+		switch st.Phase {
+		case troupev1.JobPhase_JOB_PHASE_SUCCEEDED:
+			ctl.jobEvent(job, clientlib.EventNormal, "Succeeded", "All %d task(s) succeeded", spec.GetCount())
+		case troupev1.JobPhase_JOB_PHASE_FAILED:
+			ctl.jobEvent(job, clientlib.EventWarning, "Failed", "Job failed: %s", st.Message)
+		case troupev1.JobPhase_JOB_PHASE_STOPPED:
+			ctl.jobEvent(job, clientlib.EventNormal, "Stopped", "Job stopped: its tasks are stopped")
+		}
+	}
+	return nil
 }

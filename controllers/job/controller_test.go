@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,7 +65,14 @@ func startCell(t *testing.T) *cell {
 		}
 		go s.Run(ctx)
 	}
-	ctl, err := job.New(newClient(), job.Config{Now: time.Now, Logger: zap.NewNop(), Queue: cache.QueueConfig{BaseDelay: 5 * time.Millisecond, MaxDelay: 100 * time.Millisecond}})
+	cl := newClient()
+	events, err := clientlib.NewEventRecorder(cl, clientlib.DefaultEventRecorderConfig("job-controller"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go events.Run(ctx)
+	ctl, err := job.New(cl, job.Config{Now: time.Now, Logger: zap.NewNop(), Events: events,
+		Queue: cache.QueueConfig{BaseDelay: 5 * time.Millisecond, MaxDelay: 100 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,6 +137,26 @@ func (c *cell) job(name string) *troupev1.Job {
 	return j
 }
 
+// event waits for an event of job (or of one of its tasks) with reason
+// whose message contains text.
+func (c *cell) event(job, involved, reason, text string) {
+	c.t.Helper()
+	c.until(fmt.Sprintf("event %s %q of %s", reason, text, involved), func() (bool, string) {
+		es, _, err := clientlib.List(c.ctx, c.c, clientlib.Events, "ns/"+job+"/")
+		if err != nil {
+			return false, err.Error()
+		}
+		var seen []string
+		for _, e := range es {
+			if e.GetInvolvedName() == involved && e.GetReason() == reason && strings.Contains(e.GetMessage(), text) {
+				return true, ""
+			}
+			seen = append(seen, e.GetInvolvedName()+" "+e.GetReason()+": "+e.GetMessage())
+		}
+		return false, strings.Join(seen, "; ")
+	})
+}
+
 func (c *cell) counter(m string) string {
 	kv, _ := c.c.Get(c.ctx, clientlib.AllocKey(m, "cpu"))
 	return string(kv.GetValue())
@@ -166,6 +194,8 @@ func TestBatchJobRunsToCompletion(t *testing.T) {
 	if bound(c.tasks("b")) != 0 || c.counter("m0") != "0" && c.counter("m0") != "" || c.counter("m1") != "0" && c.counter("m1") != "" {
 		t.Fatalf("finished tasks still hold machines: counters %q %q", c.counter("m0"), c.counter("m1"))
 	}
+	c.event("b", "b", "TasksCreated", "Created 3 task(s) of 3")
+	c.event("b", "b", "Succeeded", "All 3 task(s) succeeded")
 }
 
 // A failing batch task that its agent does not restart (NEVER) is
@@ -188,6 +218,9 @@ func TestBatchJobRetriesThenFails(t *testing.T) {
 		st := c.job("f").GetStatus()
 		return st.GetPhase() == troupev1.JobPhase_JOB_PHASE_FAILED && st.GetRetries() == 1, st.String()
 	})
+	c.event("f", "f-0", "Failed", "Attempt 0 failed on m")
+	c.event("f", "f-0", "Retrying", "Retry 1 of 1 after 0s backoff; attempt 0 failed with exit code 0")
+	c.event("f", "f", "Failed", "Job failed: task f-0 failed with no retries left (max_retries 1)")
 }
 
 // A batch task restarted in place (ON_FAILURE, ALWAYS) carries its job's
@@ -248,4 +281,6 @@ func TestServiceKeepsReplicas(t *testing.T) {
 		ts := c.tasks("web")
 		return ts[1].GetStatus().GetPhase() == troupev1.TaskPhase_TASK_PHASE_STOPPED && ts[1].GetBinding() == nil, ts[1].String()
 	})
+	c.event("web", "web-0", "Replaced", "Replica replaced by attempt 1 after 0s backoff; attempt 0 failed")
+	c.event("web", "web", "ScaledDown", "Stopped 1 task(s) above count 1")
 }

@@ -3,12 +3,15 @@
 // is marked LOST, and every task bound to it is unbound (its Binding
 // deleted, its requests given back to the machine's counters) and marked
 // LOST, for its job to replace it. When the lease is renewed again the
-// machine is READY again. Time comes from an injected clock.
+// machine is READY again. Time comes from an injected clock. Both changes
+// are recorded as the machine's Events (MachineLost, with how long ago the
+// lease expired and how many tasks were released; MachineReady).
 package node
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"go.uber.org/zap"
@@ -26,6 +29,8 @@ type Config struct {
 	// Interval is how often leases are checked.
 	Interval time.Duration
 	Logger   *zap.Logger
+	// Events records machines lost and back (nil: nothing is recorded).
+	Events *clientlib.EventRecorder
 }
 
 // Controller is a running node lifecycle controller.
@@ -75,17 +80,31 @@ func (ctl *Controller) Check(ctx context.Context) {
 		alive := ok && lease.GetRenewed().AsTime().Add(lease.GetDuration().AsDuration()).After(now)
 		lost := m.GetStatus().GetPhase() == troupev1.MachinePhase_MACHINE_PHASE_LOST
 		var err error
+		released, becameLost := 0, false
 		switch {
 		case !alive && !lost:
 			err = ctl.setPhase(ctx, m, troupev1.MachinePhase_MACHINE_PHASE_LOST, "lease expired")
 			if err == nil {
+				becameLost = true
 				ctl.cfg.Logger.Info("machine lost", zap.String("machine", name))
 			}
 		case alive && lost:
 			err = ctl.setPhase(ctx, m, troupev1.MachinePhase_MACHINE_PHASE_READY, "")
+			if err == nil {
+				ctl.cfg.Events.Record(clientlib.Machines.Name, "", name, name, clientlib.EventNormal, "MachineReady", "Lease renewed: the machine is READY again")
+			}
 		}
 		if err == nil && !alive {
-			err = ctl.release(ctx, name, now)
+			released, err = ctl.release(ctx, name, now)
+		}
+		if becameLost {
+			expired := "No lease"
+			if ok {
+				expired = fmt.Sprintf("Lease of %s expired %v ago", lease.GetHolder(),
+					now.Sub(lease.GetRenewed().AsTime().Add(lease.GetDuration().AsDuration())).Round(time.Millisecond))
+			}
+			ctl.cfg.Events.Record(clientlib.Machines.Name, "", name, name, clientlib.EventWarning, "MachineLost",
+				fmt.Sprintf("%s; %d task(s) released", expired, released))
 		}
 		if err != nil && ctx.Err() == nil {
 			// A conflict or a failure: the next check tries again.
@@ -101,8 +120,10 @@ func (ctl *Controller) setPhase(ctx context.Context, m *troupev1.Machine, phase 
 	return err
 }
 
-// release unbinds every task bound to a lost machine and marks it LOST.
-func (ctl *Controller) release(ctx context.Context, machine string, now time.Time) error {
+// release unbinds every task bound to a lost machine and marks it LOST;
+// it says how many it released.
+func (ctl *Controller) release(ctx context.Context, machine string, now time.Time) (int, error) {
+	released := 0
 	var errs []error
 	for _, t := range ctl.tasks.Indexer().ByIndex(clientlib.IndexMachine, machine) {
 		tx := clientlib.NewTxn(ctl.c)
@@ -115,7 +136,10 @@ func (ctl *Controller) release(ctx context.Context, machine string, now time.Tim
 		if err == nil {
 			err = out.Err()
 		}
+		if err == nil {
+			released++
+		}
 		errs = append(errs, err)
 	}
-	return errors.Join(errs...)
+	return released, errors.Join(errs...)
 }

@@ -63,7 +63,12 @@ func TestLeaseExpiry(t *testing.T) {
 		t.Fatalf("bind: %v %v", res, err)
 	}
 
-	ctl, err := node.New(c, node.Config{Now: now, Interval: time.Hour, Logger: zap.NewNop()})
+	events, err := clientlib.NewEventRecorder(c, clientlib.DefaultEventRecorderConfig("node-controller"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go events.Run(ctx)
+	ctl, err := node.New(c, node.Config{Now: now, Interval: time.Hour, Logger: zap.NewNop(), Events: events})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,6 +120,18 @@ func TestLeaseExpiry(t *testing.T) {
 	if kv, _ := c.Get(ctx, "/bindings/m1/ns/j/0"); kv != nil {
 		t.Fatal("binding of a lost machine kept")
 	}
+	event := func(reason, message string) func() bool {
+		return func() bool {
+			es, _, _ := clientlib.List(ctx, c, clientlib.MachineEvents, "m1/")
+			for _, e := range es {
+				if e.GetReason() == reason && e.GetMessage() == message {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	until("MachineLost event", event("MachineLost", "Lease of agent expired 1s ago; 2 task(s) released"))
 	// The agent comes back and renews: ready again.
 	lease.Renewed = timestamppb.New(start.Add(20 * time.Second))
 	if _, err := clientlib.Update(ctx, c, clientlib.Leases, lease); err != nil {
@@ -122,4 +139,5 @@ func TestLeaseExpiry(t *testing.T) {
 	}
 	clock.Store(start.Add(21 * time.Second).UnixNano())
 	until("machine ready again", func() bool { return phase() == troupev1.MachinePhase_MACHINE_PHASE_READY })
+	until("MachineReady event", event("MachineReady", "Lease renewed: the machine is READY again"))
 }

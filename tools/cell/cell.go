@@ -125,11 +125,19 @@ func (c *Cell) start() error {
 		c.Schedulers[kind+"-0"] = s
 		c.run(s.Run)
 	}
-	jc, err := job.New(c.Client, job.Config{Now: time.Now, Logger: log, Queue: cache.DefaultQueueConfig()})
+	jobEvents, err := c.recorder("job-controller")
 	if err != nil {
 		return err
 	}
-	nc, err := nodectl.New(c.Client, nodectl.Config{Now: time.Now, Interval: 500 * time.Millisecond, Logger: log})
+	nodeEvents, err := c.recorder("node-controller")
+	if err != nil {
+		return err
+	}
+	jc, err := job.New(c.Client, job.Config{Now: time.Now, Logger: log, Queue: cache.DefaultQueueConfig(), Events: jobEvents})
+	if err != nil {
+		return err
+	}
+	nc, err := nodectl.New(c.Client, nodectl.Config{Now: time.Now, Interval: 500 * time.Millisecond, Logger: log, Events: nodeEvents})
 	if err != nil {
 		return err
 	}
@@ -153,6 +161,19 @@ func (c *Cell) start() error {
 		}
 	}
 	return nil
+}
+
+// recorder returns an event recorder for source, running until the cell
+// stops.
+func (c *Cell) recorder(source string) (*clientlib.EventRecorder, error) {
+	cfg := clientlib.DefaultEventRecorderConfig(source)
+	cfg.Logger = c.cfg.Logger
+	r, err := clientlib.NewEventRecorder(c.Client, cfg)
+	if err != nil {
+		return nil, err
+	}
+	c.run(r.Run)
+	return r, nil
 }
 
 // HollowName is the machine name of hollow machine i.

@@ -9,10 +9,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"text/tabwriter"
 	"time"
 
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/troupe-cluster/troupe/clientlib"
@@ -161,124 +159,4 @@ func apply[T clientlib.Object](ctx context.Context, c *clientlib.Client, k clien
 		return "configured", nil
 	}
 	return "", errors.New("apply: the object keeps changing; try again")
-}
-
-// runGet lists objects of a kind as a table (or JSON).
-func runGet(args []string) error {
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		return errors.New("get: give machines, jobs, tasks or schedulers")
-	}
-	what := args[0]
-	fs := flag.NewFlagSet("get", flag.ContinueOnError)
-	output := fs.String("o", "", "output: wide or json")
-	c, ctx, cancel, err := cliClient(fs, args[1:])
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	defer c.Close()
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 3, ' ', 0)
-	defer w.Flush()
-	switch what {
-	case "machines", "machine":
-		ms, _, err := clientlib.List(ctx, c, clientlib.Machines, "")
-		if err != nil {
-			return err
-		}
-		if *output == "json" {
-			return printJSON(ms)
-		}
-		fmt.Fprintln(w, "NAME\tSTATUS\tCPU\tMEMORY\tLABELS")
-		for _, m := range ms {
-			st := strings.TrimPrefix(m.GetStatus().GetPhase().String(), "MACHINE_PHASE_")
-			if m.GetSpec().GetUnschedulable() {
-				st += ",CORDONED"
-			}
-			fmt.Fprintf(w, "%s\t%s\t%dm\t%s\t%s\n", m.GetMetadata().GetName(), st, m.GetSpec().GetCapacity()["cpu"],
-				bytesHuman(m.GetSpec().GetCapacity()["memory"]), labels(m.GetMetadata().GetLabels()))
-		}
-	case "jobs", "job":
-		js, _, err := clientlib.List(ctx, c, clientlib.Jobs, "")
-		if err != nil {
-			return err
-		}
-		if *output == "json" {
-			return printJSON(js)
-		}
-		fmt.Fprintln(w, "NAMESPACE\tNAME\tTYPE\tSCHEDULER\tSTATUS\tTASKS\tPENDING\tRUNNING\tSUCCEEDED\tFAILED")
-		for _, j := range js {
-			st := j.GetStatus()
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", j.GetMetadata().GetNamespace(), j.GetMetadata().GetName(),
-				strings.ToLower(strings.TrimPrefix(j.GetSpec().GetType().String(), "JOB_TYPE_")), j.GetSpec().GetScheduler(),
-				strings.TrimPrefix(st.GetPhase().String(), "JOB_PHASE_"), j.GetSpec().GetCount(), st.GetPending(), st.GetRunning(), st.GetSucceeded(), st.GetFailed())
-		}
-	case "tasks", "task":
-		ts, _, err := clientlib.List(ctx, c, clientlib.Tasks, "")
-		if err != nil {
-			return err
-		}
-		if *output == "json" {
-			return printJSON(ts)
-		}
-		fmt.Fprintln(w, "NAMESPACE\tNAME\tSTATUS\tMACHINE\tSCHEDULER\tATTEMPT\tEXIT\tREASON")
-		for _, t := range ts {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", t.GetMetadata().GetNamespace(), t.GetMetadata().GetName(),
-				strings.TrimPrefix(t.GetStatus().GetPhase().String(), "TASK_PHASE_"), dash(t.GetBinding().GetMachine()),
-				dash(t.GetBinding().GetScheduler()), t.GetSpec().GetAttempt(), t.GetStatus().GetExitCode(), t.GetStatus().GetReason())
-		}
-	case "schedulers", "scheduler":
-		ss, _, err := clientlib.List(ctx, c, clientlib.Schedulers, "")
-		if err != nil {
-			return err
-		}
-		if *output == "json" {
-			return printJSON(ss)
-		}
-		fmt.Fprintln(w, "NAME\tKIND\tPLACEMENTS\tCONFLICTS\tUNSCHEDULABLE\tBUSYNESS\tHEARTBEAT")
-		for _, s := range ss {
-			k := s.GetCounters()
-			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%.2f\t%s ago\n", s.GetMetadata().GetName(), s.GetKind(), k.GetPlacements(), k.GetConflicts(),
-				k.GetUnschedulable(), k.GetBusyness(), time.Since(s.GetHeartbeat().AsTime()).Round(time.Second))
-		}
-	default:
-		return fmt.Errorf("get: unknown kind %q (machines, jobs, tasks, schedulers)", what)
-	}
-	return nil
-}
-
-func printJSON[T proto.Message](objs []T) error {
-	for _, o := range objs {
-		b, err := protojson.MarshalOptions{Multiline: true}.Marshal(o)
-		if err != nil {
-			return err
-		}
-		fmt.Println(string(b))
-	}
-	return nil
-}
-
-func dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
-func labels(m map[string]string) string {
-	var parts []string
-	for k, v := range m {
-		parts = append(parts, k+"="+v)
-	}
-	sort.Strings(parts)
-	return dash(strings.Join(parts, ","))
-}
-
-func bytesHuman(b int64) string {
-	switch {
-	case b >= 1<<30:
-		return fmt.Sprintf("%.1fGi", float64(b)/(1<<30))
-	case b >= 1<<20:
-		return fmt.Sprintf("%dMi", b>>20)
-	}
-	return fmt.Sprint(b)
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 
 	"github.com/troupe-cluster/troupe/clientlib"
@@ -31,14 +30,11 @@ func runLogs(args []string) error {
 	defer c.Close()
 	ref := name
 	if !strings.Contains(name, "/") {
-		i := strings.LastIndex(name, "-")
-		if i < 0 {
-			return fmt.Errorf("logs: %q is not <job>-<index>", name)
+		job, index, err := clientlib.ParseTaskName(name)
+		if err != nil {
+			return fmt.Errorf("logs: %w", err)
 		}
-		if _, err := strconv.Atoi(name[i+1:]); err != nil {
-			return fmt.Errorf("logs: %q is not <job>-<index>", name)
-		}
-		ref = *ns + "/" + name[:i] + "/" + name[i+1:]
+		ref = clientlib.TaskRef(*ns, job, index)
 	}
 	task, err := clientlib.Get(ctx, c, clientlib.Tasks, clientlib.Tasks.Prefix+ref)
 	if err != nil {

@@ -5,6 +5,8 @@
 //	troupe agent    run a machine's node agent (or hollow machines)
 //	troupe apply    create or update objects from manifests
 //	troupe get      list machines, jobs, tasks or schedulers
+//	troupe describe show a job, task or machine in detail, with its events
+//	troupe watch    print changes of machines, jobs, tasks and events
 //	troupe delete   delete the objects of manifests, or a job
 //	troupe job      run a job file, stop a job
 //	troupe logs     print a task's output, from its machine's agent
@@ -29,6 +31,8 @@ func commands() []command {
 		{"agent", "run a machine's node agent (or --hollow simulated ones)", runAgent},
 		{"apply", "create or update objects from manifest files", runApply},
 		{"get", "list machines, jobs, tasks or schedulers", runGet},
+		{"describe", "show a job, task or machine in detail, with its events", runDescribe},
+		{"watch", "print changes of machines, jobs, tasks and events", runWatch},
 		{"delete", "delete the objects of manifests, or a job by name", runDelete},
 		{"job", "run FILE (apply) or stop NAME", runJob},
 		{"logs", "print a task's output", runLogs},

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/troupe-cluster/troupe/clientlib"
+	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
+	"github.com/troupe-cluster/troupe/tools/cell"
+)
+
+// syncBuffer is a buffer written by one goroutine and read by another.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// contains is a condition for waitFor: out() contains every one of want,
+// blanks between words aside (alignment depends on the other lines).
+func contains(out func() (string, error), want ...string) func() error {
+	return func() error {
+		s, err := out()
+		if err != nil {
+			return err
+		}
+		for _, w := range want {
+			if !strings.Contains(squeeze(s), squeeze(w)) {
+				return fmt.Errorf("no %q in:\n%s", w, s)
+			}
+		}
+		return nil
+	}
+}
+
+var spaces = regexp.MustCompile(` +`)
+
+// squeeze turns each run of spaces into one.
+func squeeze(s string) string { return spaces.ReplaceAllString(s, " ") }
+
+// TestGetDescribeWatch runs a cell in this process (tools/cell, hollow
+// machines on loopback) and the CLI's get, describe and watch against it.
+func TestGetDescribeWatch(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a whole cell")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	c, err := cell.Start(ctx, cell.Config{DataDir: t.TempDir(), GRPCAddr: "127.0.0.1:0", Hollow: 2,
+		HollowCapacity: map[string]int64{"cpu": 4000, "memory": 1 << 30}, LeaseDuration: 3 * time.Second, SchedulerBackoff: 100 * time.Millisecond})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); c.Stop() })
+	endpoint := []string{"-endpoint", c.Node.GRPCAddr()}
+	cli := func(cmd func([]string, io.Writer) error, args ...string) func() (string, error) {
+		return func() (string, error) {
+			var out bytes.Buffer
+			err := cmd(append(args, endpoint...), &out)
+			return out.String(), err
+		}
+	}
+
+	var watchOut, watchErr syncBuffer
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan error, 1)
+	go func() {
+		watched <- watch(watchCtx, append([]string{"tasks", "-l", "app=greet"}, endpoint...), &watchOut, &watchErr)
+	}()
+	waitFor(t, ctx, contains(func() (string, error) { return watchErr.String(), nil }, "Watching tasks"))
+
+	for _, j := range []struct {
+		name string
+		sim  time.Duration
+	}{{"greet", 100 * time.Millisecond}, {"other", time.Hour}} {
+		if _, err := clientlib.Create(ctx, c.Client, clientlib.Jobs, &troupev1.Job{
+			Metadata: &troupev1.ObjectMeta{Name: j.name, Namespace: "default", Labels: map[string]string{"app": j.name}},
+			Spec: &troupev1.JobSpec{Count: 2, Template: &troupev1.TaskTemplate{Command: "/bin/true", SimDuration: durationpb.New(j.sim),
+				Requests: map[string]int64{"cpu": 100, "memory": 1 << 20}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var job *troupev1.Job
+	waitFor(t, ctx, func() error {
+		job, err = clientlib.Get(ctx, c.Client, clientlib.Jobs, "/jobs/default/greet")
+		if err == nil && job.GetStatus().GetPhase() != troupev1.JobPhase_JOB_PHASE_SUCCEEDED {
+			err = fmt.Errorf("job greet: %v", job.GetStatus())
+		}
+		return err
+	})
+
+	out, err := cli(get, "tasks", "-l", "app=greet")()
+	if err != nil || !strings.Contains(out, "greet-0") || !strings.Contains(out, "greet-1") || strings.Contains(out, "other") {
+		t.Fatalf("get tasks -l app=greet: %v\n%s", err, out)
+	}
+	out, err = cli(get, "jobs", "-l", "app notin (greet)", "-o", "wide")()
+	if err != nil || strings.Contains(out, "greet") || !strings.Contains(out, "other") || !strings.Contains(out, "cpu=100m,memory=1Mi") {
+		t.Fatalf("get jobs -l 'app notin (greet)' -o wide: %v\n%s", err, out)
+	}
+	out, err = cli(get, "jobs", "-l", "app=greet", "-o", "yaml")()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := clientlib.DecodeManifests([]byte(out))
+	if err != nil || len(ms) != 1 || !proto.Equal(ms[0].Object, job) {
+		t.Fatalf("get -o yaml does not decode back to the job (%v):\n%s", err, out)
+	}
+	if _, err := cli(get, "jobs", "-l", "app in (greet")(); err == nil || !strings.Contains(err.Error(), "at the end") {
+		t.Fatalf("a malformed selector: %v", err)
+	}
+
+	// The job controller's events, written in the background.
+	waitFor(t, ctx, contains(cli(describe, "job", "greet"), "Name: greet", "Status: SUCCEEDED", "Tasks: 2 SUCCEEDED",
+		"Schedulers:", "batch-0", "Events:", "TasksCreated", "Created 2 task(s) of 2", "Succeeded", "All 2 task(s) succeeded"))
+	waitFor(t, ctx, contains(cli(describe, "task", "default/greet-1"), "Job: greet", "Status: SUCCEEDED", "SUCCEEDED",
+		"Run:", "/runs/hollow-", "Attempts:", "completed"))
+	waitFor(t, ctx, contains(cli(describe, "machine", cell.HollowName(0)), "Resources:", "cpu 4000m", "Lease:", "held by"))
+	if _, err := cli(describe, "task", "greet")(); err == nil || !strings.Contains(err.Error(), "not <job>-<index>") {
+		t.Fatalf("describe task greet: %v", err)
+	}
+
+	waitFor(t, ctx, contains(func() (string, error) { return watchOut.String(), nil },
+		"ADDED task default/greet-0", "MODIFIED task default/greet-1 SUCCEEDED on hollow-"))
+	stopWatch()
+	if err := <-watched; err != nil {
+		t.Fatalf("watch ended with %v", err)
+	}
+	if s := watchOut.String(); strings.Contains(s, "other-") {
+		t.Fatalf("watch -l app=greet printed another job's tasks:\n%s", s)
+	}
+}

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/troupe-cluster/troupe/clientlib"
+	"github.com/troupe-cluster/troupe/clientlib/cache"
+	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
+)
+
+// runWatch prints a line for every change of machines, jobs, tasks or
+// events until Ctrl-C.
+func runWatch(args []string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return watch(ctx, args, os.Stdout, os.Stderr)
+}
+
+// watch follows the kinds asked for with informers (list, then watch from
+// the list's cursor; a compacted cursor relists, and the differences are
+// printed like any change) and prints one line per change after the first
+// list, until ctx ends. It tells errOut when it is watching.
+func watch(ctx context.Context, args []string, out, errOut io.Writer) error {
+	what := "all"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		what, args = args[0], args[1:]
+	}
+	fs := flag.NewFlagSet("watch", flag.ContinueOnError)
+	selector := fs.String("l", "", "label selector of machines, jobs and tasks (events carry no labels: none match one)")
+	c, syncCtx, cancel, err := cliClient(fs, args)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	defer c.Close()
+	sel, err := clientlib.ParseSelector(*selector)
+	if err != nil {
+		return err
+	}
+	p := &linePrinter{out: out, now: time.Now}
+	var followed []cache.Syncer
+	add := func(kind string, s ...cache.Syncer) {
+		if what == "all" || what == kind || what == kind+"s" {
+			followed = append(followed, s...)
+		}
+	}
+	add("machine", follow(c, p, sel, "machine", clientlib.Machines, named(machineStatus)))
+	add("job", follow(c, p, sel, "job", clientlib.Jobs, named(jobLine)))
+	add("task", follow(c, p, sel, "task", clientlib.Tasks, named(taskLine)))
+	add("event", follow(c, p, sel, "event", clientlib.Events, eventLine), follow(c, p, sel, "event", clientlib.MachineEvents, eventLine))
+	if len(followed) == 0 {
+		return fmt.Errorf("watch: unknown kind %q (machines, jobs, tasks, events or all)", what)
+	}
+	for _, s := range followed {
+		go s.Run(ctx)
+	}
+	// The first lists must come within the -timeout; the watch then goes
+	// on until ctx ends.
+	for _, s := range followed {
+		if err := s.WaitForSync(syncCtx); err != nil {
+			return fmt.Errorf("watch: %w", err)
+		}
+	}
+	fmt.Fprintf(errOut, "Watching %s; Ctrl-C to stop.\n", what)
+	<-ctx.Done()
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return nil // Ctrl-C: the normal end
+	}
+	return ctx.Err()
+}
+
+// linePrinter prints change lines from several informers, one at a time.
+type linePrinter struct {
+	mu  sync.Mutex
+	out io.Writer
+	now func() time.Time
+}
+
+// line prints "15:04:05  MODIFIED  task     default/web-1   RUNNING on m1".
+func (p *linePrinter) line(change, kind, name, summary string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fmt.Fprintf(p.out, "%s  %-8s  %-7s  %-24s  %s\n", p.now().Format("15:04:05"), change, kind, name, summary)
+}
+
+// follow returns an informer of kind k whose changes after its first list
+// are printed (the name and summary line says), for the objects sel
+// matches.
+func follow[T clientlib.Object](c *clientlib.Client, p *linePrinter, sel clientlib.Selector, kind string, k clientlib.Kind[T],
+	line func(T) (name, summary string)) *cache.Informer[T] {
+	in := clientlib.NewInformer(c, k, "", nil)
+	report := func(change string, obj T) {
+		if in.HasSynced() && sel.Matches(obj.GetMetadata().GetLabels()) {
+			name, summary := line(obj)
+			p.line(change, kind, name, summary)
+		}
+	}
+	in.AddHandler(cache.Handler[T]{
+		OnAdd:    func(_ string, obj T) { report("ADDED", obj) },
+		OnUpdate: func(_ string, _, obj T) { report("MODIFIED", obj) },
+		OnDelete: func(_ string, obj T) { report("DELETED", obj) },
+	})
+	return in
+}
+
+// named makes a line of an object's name and summary.
+func named[T clientlib.Object](summary func(T) string) func(T) (string, string) {
+	return func(obj T) (string, string) { return displayName(obj), summary(obj) }
+}
+
+func jobLine(j *troupev1.Job) string {
+	st := j.GetStatus()
+	return fmt.Sprintf("%s  %d pending, %d running, %d succeeded, %d failed", phase(st.GetPhase(), "JOB_PHASE_"),
+		st.GetPending(), st.GetRunning(), st.GetSucceeded(), st.GetFailed())
+}
+
+func taskLine(t *troupev1.Task) string {
+	st := t.GetStatus()
+	s := phase(st.GetPhase(), "TASK_PHASE_")
+	if m := taskMachine(t); m != "" {
+		s += "  on " + m
+	}
+	if a := t.GetSpec().GetAttempt(); a > 0 {
+		s += fmt.Sprintf("  attempt %d", a)
+	}
+	if st.GetPhase() == troupev1.TaskPhase_TASK_PHASE_FAILED {
+		s += fmt.Sprintf("  exit %d", st.GetExitCode())
+	}
+	return s
+}
+
+// eventLine names the event's object: "default/web-3",
+// "Warning  Failed  (task) Attempt 0 failed on m1 with exit code 1 (x2)".
+func eventLine(e *troupev1.Event) (string, string) {
+	name := e.GetInvolvedName()
+	if ns := e.GetMetadata().GetNamespace(); ns != "" {
+		name = ns + "/" + name
+	}
+	s := fmt.Sprintf("%s  %s  (%s) %s", e.GetType(), e.GetReason(), strings.ToLower(e.GetInvolvedKind()), e.GetMessage())
+	if e.GetCount() > 1 {
+		s += fmt.Sprintf(" (x%d)", e.GetCount())
+	}
+	return name, s
+}
