@@ -13,37 +13,54 @@ type IndexFunc[T proto.Message] func(obj T) []string
 
 // Indexer is a cache's store: objects by key, and secondary indexes. It
 // keeps its own copies and hands out copies, so no caller can change what
-// it holds. Safe for concurrent use.
+// it holds (the Informer's handlers alone see its objects themselves).
+// Safe for concurrent use.
 type Indexer[T proto.Message] struct {
 	mu      sync.RWMutex
 	objects map[string]T
 	funcs   map[string]IndexFunc[T]
 	indexes map[string]map[string]map[string]struct{} // index → value → keys
-	values  map[string]map[string][]string            // key → index → values
+	meta    map[string]keyMeta
+	names   []string // of the indexes, sorted
 	bytes   int
+}
+
+// keyMeta is what the Indexer remembers of a key besides its object.
+type keyMeta struct {
+	size   int        // encoded size
+	values [][]string // index values, in the order of names
 }
 
 // NewIndexer returns an empty Indexer with the given indexes.
 func NewIndexer[T proto.Message](indexes map[string]IndexFunc[T]) *Indexer[T] {
-	x := &Indexer[T]{objects: map[string]T{}, funcs: indexes, indexes: map[string]map[string]map[string]struct{}{}, values: map[string]map[string][]string{}}
+	x := &Indexer[T]{objects: map[string]T{}, funcs: indexes, indexes: map[string]map[string]map[string]struct{}{}, meta: map[string]keyMeta{}}
 	for name := range indexes {
 		x.indexes[name] = map[string]map[string]struct{}{}
+		x.names = append(x.names, name)
 	}
+	slices.Sort(x.names)
 	return x
 }
 
-// set stores a copy of obj at key (the Informer calls it; obj is not
-// retained by anyone else).
-func (x *Indexer[T]) set(key string, obj T) {
+// set stores obj, of encoded size bytes, at key (the Informer calls it;
+// obj is not retained by anyone else). Index entries that stay the same
+// (a task's job, usually) are left alone.
+func (x *Indexer[T]) set(key string, obj T, size int) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	x.remove(key)
+	old, existed := x.meta[key]
 	x.objects[key] = obj
-	x.bytes += proto.Size(obj)
-	vals := map[string][]string{}
-	for name, f := range x.funcs {
-		vs := f(obj)
-		vals[name] = vs
+	x.bytes += size - old.size
+	m := keyMeta{size: size, values: make([][]string, len(x.names))}
+	for i, name := range x.names {
+		vs := x.funcs[name](obj)
+		m.values[i] = vs
+		if existed && slices.Equal(vs, old.values[i]) {
+			continue
+		}
+		if existed {
+			x.unindex(name, key, old.values[i])
+		}
 		for _, v := range vs {
 			set := x.indexes[name][v]
 			if set == nil {
@@ -53,7 +70,18 @@ func (x *Indexer[T]) set(key string, obj T) {
 			set[key] = struct{}{}
 		}
 	}
-	x.values[key] = vals
+	x.meta[key] = m
+}
+
+// unindex removes key from the sets of index name's values.
+func (x *Indexer[T]) unindex(name, key string, values []string) {
+	index := x.indexes[name]
+	for _, v := range values {
+		delete(index[v], key)
+		if len(index[v]) == 0 {
+			delete(index, v)
+		}
+	}
 }
 
 // delete removes key.
@@ -64,39 +92,25 @@ func (x *Indexer[T]) delete(key string) {
 }
 
 func (x *Indexer[T]) remove(key string) {
-	old, ok := x.objects[key]
+	m, ok := x.meta[key]
 	if !ok {
 		return
 	}
-	x.bytes -= proto.Size(old)
-	for name, vs := range x.values[key] {
-		for _, v := range vs {
-			delete(x.indexes[name][v], key)
-			if len(x.indexes[name][v]) == 0 {
-				delete(x.indexes[name], v)
-			}
-		}
+	x.bytes -= m.size
+	for i, vs := range m.values {
+		x.unindex(x.names[i], key, vs)
 	}
-	delete(x.values, key)
+	delete(x.meta, key)
 	delete(x.objects, key)
 }
 
-// replace swaps the whole content (after a relist).
-func (x *Indexer[T]) replace(objs map[string]T) {
-	x.mu.Lock()
-	keys := make([]string, 0, len(x.objects))
-	for k := range x.objects {
-		if _, keep := objs[k]; !keep {
-			keys = append(keys, k)
-		}
-	}
-	for _, k := range keys {
-		x.remove(k)
-	}
-	x.mu.Unlock()
-	for k, obj := range objs {
-		x.set(k, obj)
-	}
+// peek returns the object at key itself, not a copy: for the Informer,
+// which hands it to handlers as read-only.
+func (x *Indexer[T]) peek(key string) (T, bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	obj, ok := x.objects[key]
+	return obj, ok
 }
 
 // Get returns a copy of the object at key.

@@ -39,7 +39,9 @@ type InformerConfig[T Object] struct {
 }
 
 // Handler is called for changes of the cache, in order, from the
-// Informer's goroutine. Handlers should only enqueue keys (see WorkQueue).
+// Informer's goroutine. Handlers should only enqueue keys (see WorkQueue)
+// or keep what they read: the objects they get are the cache's own,
+// shared and read-only (clone one to change it).
 // Objects passed are copies.
 type Handler[T Object] struct {
 	OnAdd    func(key string, obj T)
@@ -139,6 +141,7 @@ func (in *Informer[T]) list(ctx context.Context) ([]byte, error) {
 		return nil, err
 	}
 	objs := make(map[string]T, len(kvs))
+	sizes := make(map[string]int, len(kvs))
 	for _, kv := range kvs {
 		obj, err := in.cfg.Decode(kv.GetKey(), kv.GetValue(), kv.GetVersion())
 		if err != nil {
@@ -146,20 +149,21 @@ func (in *Informer[T]) list(ctx context.Context) ([]byte, error) {
 			continue
 		}
 		objs[kv.GetKey()] = obj
+		sizes[kv.GetKey()] = len(kv.GetValue())
 	}
 	for _, key := range in.indexer.Keys() {
 		if _, ok := objs[key]; !ok {
-			old, _ := in.indexer.Get(key)
+			old, _ := in.indexer.peek(key)
 			in.indexer.delete(key)
 			in.notifyDelete(key, old)
 		}
 	}
 	for key, obj := range objs {
-		old, existed := in.indexer.Get(key)
+		old, existed := in.indexer.peek(key)
 		if existed && version(old) == version(obj) {
 			continue
 		}
-		in.indexer.set(key, obj)
+		in.indexer.set(key, obj, sizes[key])
 		if existed {
 			in.notifyUpdate(key, old, obj)
 		} else {
@@ -194,7 +198,7 @@ func (in *Informer[T]) watch(ctx context.Context, cursor []byte) error {
 // (a relist may have read past them).
 func (in *Informer[T]) apply(ev *storev1.Event) {
 	key, ver := ev.GetKv().GetKey(), ev.GetKv().GetVersion()
-	old, existed := in.indexer.Get(key)
+	old, existed := in.indexer.peek(key)
 	if existed && version(old) >= ver {
 		return
 	}
@@ -211,7 +215,7 @@ func (in *Informer[T]) apply(ev *storev1.Event) {
 			in.cfg.Logger.Warn("cache: undecodable object skipped", zap.String("key", key), zap.Error(err))
 			return
 		}
-		in.indexer.set(key, obj)
+		in.indexer.set(key, obj, len(ev.GetKv().GetValue()))
 		if existed {
 			in.notifyUpdate(key, old, obj)
 		} else {
@@ -223,7 +227,7 @@ func (in *Informer[T]) apply(ev *storev1.Event) {
 func (in *Informer[T]) notifyAdd(key string, obj T) {
 	for _, h := range in.handlers {
 		if h.OnAdd != nil {
-			h.OnAdd(key, proto.Clone(obj).(T))
+			h.OnAdd(key, obj)
 		}
 	}
 }
@@ -231,7 +235,7 @@ func (in *Informer[T]) notifyAdd(key string, obj T) {
 func (in *Informer[T]) notifyUpdate(key string, old, cur T) {
 	for _, h := range in.handlers {
 		if h.OnUpdate != nil {
-			h.OnUpdate(key, old, proto.Clone(cur).(T))
+			h.OnUpdate(key, old, cur)
 		}
 	}
 }

@@ -58,7 +58,7 @@ type Plan struct {
 // the snapshot. Tasks with the same requirements form an equivalence
 // class whose static filter results are computed once per machine.
 func Schedule(p Profile, snap *Snapshot, tasks []*Task) *Plan {
-	s := &scheduling{p: p, snap: snap, assumed: map[string]*Machine{}, evicted: map[string]bool{}, static: map[string]map[string]*Status{}}
+	s := &scheduling{p: p, snap: snap, assumed: map[string]*Machine{}, evicted: map[string]bool{}, static: map[string]map[staticKey]*Status{}}
 	if p.Rand == nil {
 		s.p.Rand = rand.New(rand.NewPCG(1, 2))
 	}
@@ -85,11 +85,11 @@ func Schedule(p Profile, snap *Snapshot, tasks []*Task) *Plan {
 type scheduling struct {
 	p       Profile
 	snap    *Snapshot
-	order   []int               // machine indexes in the order examined
-	next    int                 // where the next task starts in order
-	assumed map[string]*Machine // machines changed by this plan so far
-	evicted map[string]bool     // victims of this plan's preemptions
-	static  map[string]map[string]*Status
+	order   []int                            // machine indexes in the order examined
+	next    int                              // where the next task starts in order
+	assumed map[string]*Machine              // machines changed by this plan so far
+	evicted map[string]bool                  // victims of this plan's preemptions
+	static  map[string]map[staticKey]*Status // by class
 
 	examined, staticHits int
 }
@@ -159,17 +159,23 @@ func (s *scheduling) place(t *Task) (*Machine, int64, *Status) {
 	return s.snap.Machines[bestIdx], bestScore, nil
 }
 
+// staticKey names a static filter's verdict on a machine.
+type staticKey struct {
+	filter  int // index in Profile.Filters
+	machine string
+}
+
 // filter runs the filters, answering static ones from the class cache.
 func (s *scheduling) filter(class string, t *Task, m *Machine) *Status {
 	s.examined++
-	for _, f := range s.p.Filters {
+	for i, f := range s.p.Filters {
 		if _, ok := f.(Static); ok {
 			cache := s.static[class]
 			if cache == nil {
-				cache = map[string]*Status{}
+				cache = map[staticKey]*Status{}
 				s.static[class] = cache
 			}
-			key := f.Name() + "\x00" + m.Name
+			key := staticKey{i, m.Name}
 			st, hit := cache[key]
 			if hit {
 				s.staticHits++

@@ -104,11 +104,11 @@ func (s *Scheduler) pendingTasks(job string) []*framework.Task {
 		if err != nil || !clientlib.Pending(t) || !s.serves(t) {
 			continue
 		}
-		if a, ok := s.assumed[key]; ok {
+		if a, ok := s.assumed[job][key]; ok {
 			if t.GetMetadata().GetVersion() < a.version {
 				continue // our binding is on its way
 			}
-			delete(s.assumed, key)
+			s.forget(job, key)
 		}
 		out = append(out, framework.NewTask(key, t))
 	}
@@ -126,7 +126,10 @@ func (s *Scheduler) assume(res *framework.Result) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, p := range res.Committed {
-		s.assumed[p.Task.Key] = assumed{version: p.Task.Task.GetMetadata().GetVersion() + 1, job: p.Task.Job, machine: p.Machine.Name}
+		if s.assumed[p.Task.Job] == nil {
+			s.assumed[p.Task.Job] = map[string]assumed{}
+		}
+		s.assumed[p.Task.Job][p.Task.Key] = assumed{version: p.Task.Task.GetMetadata().GetVersion() + 1, machine: p.Machine.Name}
 	}
 }
 
@@ -145,8 +148,8 @@ func (s *Scheduler) snapshot(job string) *framework.Snapshot {
 		}
 	}
 	s.mu.Lock()
-	for key, a := range s.assumed {
-		if a.job == job && !bound[key] {
+	for key, a := range s.assumed[job] {
+		if !bound[key] {
 			jobTasks[a.machine]++
 		}
 	}

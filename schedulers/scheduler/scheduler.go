@@ -86,15 +86,15 @@ type Scheduler struct {
 	wake chan struct{}
 
 	mu      sync.Mutex
-	assumed map[string]assumed // by task key: placements the cache may not show yet
-	seen    map[string]bool    // jobs with pending tasks already attempted
+	assumed map[string]map[string]assumed // by job and task key: placements the cache may not show yet
+	seen    map[string]bool               // jobs with pending tasks already attempted
 }
 
 // assumed is a placement this instance committed: the task's version it
-// wrote, its job and machine.
+// wrote and its machine.
 type assumed struct {
-	version      uint64
-	job, machine string
+	version uint64
+	machine string
 }
 
 // New returns a scheduler over client c.
@@ -103,7 +103,7 @@ func New(c *clientlib.Client, cfg Config) (*Scheduler, error) {
 		return nil, err
 	}
 	s := &Scheduler{cfg: cfg, c: c, queue: cache.NewWorkQueue(cache.DefaultQueueConfig()), stats: newStats(cfg.Now()),
-		view: newCellView(), wake: make(chan struct{}, 1), assumed: map[string]assumed{}, seen: map[string]bool{}}
+		view: newCellView(), wake: make(chan struct{}, 1), assumed: map[string]map[string]assumed{}, seen: map[string]bool{}}
 	s.machines = clientlib.NewInformer(c, clientlib.Machines, "", nil)
 	s.tasks = clientlib.NewInformer(c, clientlib.Tasks, "", clientlib.TaskIndexes())
 	s.counters = cache.NewInformer(cache.InformerConfig[*troupev1.Counter]{
@@ -196,12 +196,20 @@ func jobOf(t *troupev1.Task) string {
 
 func (s *Scheduler) taskChanged(key string, t *troupev1.Task) {
 	s.mu.Lock()
-	if a, ok := s.assumed[key]; ok && t.GetMetadata().GetVersion() >= a.version {
-		delete(s.assumed, key) // the cache caught up with our placement (or what followed it)
+	if a, ok := s.assumed[jobOf(t)][key]; ok && t.GetMetadata().GetVersion() >= a.version {
+		s.forget(jobOf(t), key) // the cache caught up with our placement (or what followed it)
 	}
 	s.mu.Unlock()
 	if clientlib.Pending(t) && s.serves(t) {
 		s.queue.Add(jobOf(t))
+	}
+}
+
+// forget drops an assumed placement; s.mu is held.
+func (s *Scheduler) forget(job, key string) {
+	delete(s.assumed[job], key)
+	if len(s.assumed[job]) == 0 {
+		delete(s.assumed, job)
 	}
 }
 

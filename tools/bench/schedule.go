@@ -59,6 +59,9 @@ type ScheduleResult struct {
 	// from the requests of their bound tasks. Both must be zero.
 	Overcommitted     int `json:"overcommitted_machines"`
 	CounterMismatches int `json:"counter_mismatches"`
+	// GOGC is the garbage collector setting of the process, when the
+	// caller set one.
+	GOGC int `json:"gogc,omitempty"`
 }
 
 // Machine and task shapes: 32 cores and 128 GiB per machine; tasks of a

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -105,12 +106,14 @@ func runScheduleBench(args []string) error {
 	seed := fs.Uint64("seed", 1, "seed of the tasks' requests and the schedulers' choices")
 	dir := fs.String("dir", "", "parent of the temporary data directories")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the runs to this file")
+	gogc := fs.Int("gogc", 400, "garbage collection target percentage for the run (Go's GOGC; the cell and its schedulers share this process)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	debug.SetGCPercent(*gogc)
 	var counts []int
 	for _, f := range strings.Split(*schedulers, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -156,6 +159,7 @@ func runScheduleBench(args []string) error {
 			if err != nil {
 				return fmt.Errorf("%d schedulers, %v: %w", n, mode, err)
 			}
+			res.GOGC = *gogc
 			if err := out.Encode(res); err != nil {
 				return err
 			}
