@@ -199,7 +199,7 @@ func (s *Scheduler) refreshed(conflicts []framework.Conflicted) bool {
 		var have uint64
 		switch {
 		case strings.HasPrefix(k, clientlib.AllocPrefix):
-			if o, ok := s.counters.Indexer().Get(k); ok {
+			if o, ok := s.cache.counters.Indexer().Get(k); ok {
 				have = o.GetMetadata().GetVersion()
 			}
 		case strings.HasPrefix(k, clientlib.Tasks.Prefix):

@@ -49,8 +49,11 @@ type Config struct {
 	// PublishInterval is how often the /schedulers/<name> record is
 	// written (0: never).
 	PublishInterval time.Duration
-	Now             func() time.Time
-	Logger          *zap.Logger
+	// Cache is the process's shared cell cache; nil: the instance keeps
+	// and runs its own.
+	Cache  *CellCache
+	Now    func() time.Time
+	Logger *zap.Logger
 }
 
 // Validate checks the configuration.
@@ -73,14 +76,15 @@ func (c Config) Validate() error {
 
 // Scheduler is one running instance.
 type Scheduler struct {
-	cfg      Config
-	c        *clientlib.Client
-	machines *cache.Informer[*troupev1.Machine]
-	tasks    *cache.Informer[*troupev1.Task]
-	counters *cache.Informer[*troupev1.Counter]
+	cfg   Config
+	c     *clientlib.Client
+	cache *CellCache
+	// ownCache: the instance runs its cache itself.
+	ownCache bool
+	tasks    *cache.Informer[*troupev1.Task] // = cache.tasks
+	view     *cellView                       // = cache.view
 	queue    *cache.WorkQueue
 	stats    *Stats
-	view     *cellView
 	// wake asks the waker to queue every pending job (capacity may have
 	// appeared); bursts of signals coalesce into one pass.
 	wake chan struct{}
@@ -102,37 +106,28 @@ func New(c *clientlib.Client, cfg Config) (*Scheduler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Scheduler{cfg: cfg, c: c, queue: cache.NewWorkQueue(cache.DefaultQueueConfig()), stats: newStats(cfg.Now()),
-		view: newCellView(), wake: make(chan struct{}, 1), assumed: map[string]map[string]assumed{}, seen: map[string]bool{}}
-	s.machines = clientlib.NewInformer(c, clientlib.Machines, "", nil)
-	s.tasks = clientlib.NewInformer(c, clientlib.Tasks, "", clientlib.TaskIndexes())
-	s.counters = cache.NewInformer(cache.InformerConfig[*troupev1.Counter]{
-		Prefix: clientlib.AllocPrefix, List: c.List, IsCompacted: clientlib.IsCompacted, Decode: clientlib.DecodeCounter,
-		Watch: func(ctx context.Context, prefix string, cursor []byte) cache.Stream {
-			return c.Watch(ctx, prefix, cursor)
-		},
-		Logger: cfg.Logger,
-	})
-	s.tasks.AddHandler(cache.Handler[*troupev1.Task]{
+	cc, own := cfg.Cache, cfg.Cache == nil
+	if own {
+		cc = NewCellCache(c, cfg.Logger)
+	}
+	s := &Scheduler{cfg: cfg, c: c, cache: cc, ownCache: own, tasks: cc.tasks, view: cc.view,
+		queue: cache.NewWorkQueue(cache.DefaultQueueConfig()), stats: newStats(cfg.Now()),
+		wake: make(chan struct{}, 1), assumed: map[string]map[string]assumed{}, seen: map[string]bool{}}
+	cc.tasks.AddHandler(cache.Handler[*troupev1.Task]{
 		OnAdd:    func(key string, t *troupev1.Task) { s.taskChanged(key, t) },
 		OnUpdate: func(key string, _, t *troupev1.Task) { s.taskChanged(key, t) },
 	})
-	s.machines.AddHandler(cache.Handler[*troupev1.Machine]{
-		OnAdd:    func(_ string, m *troupev1.Machine) { s.view.setMachine(m); s.wakeAll() },
-		OnUpdate: func(_ string, _, m *troupev1.Machine) { s.view.setMachine(m); s.wakeAll() },
-		OnDelete: func(_ string, m *troupev1.Machine) { s.view.deleteMachine(m.GetMetadata().GetName()) },
+	cc.machines.AddHandler(cache.Handler[*troupev1.Machine]{
+		OnAdd:    func(string, *troupev1.Machine) { s.wakeAll() },
+		OnUpdate: func(string, *troupev1.Machine, *troupev1.Machine) { s.wakeAll() },
 	})
-	s.counters.AddHandler(cache.Handler[*troupev1.Counter]{
-		OnAdd: func(key string, c *troupev1.Counter) {
-			s.view.setCounter(key, c.GetValue(), c.GetMetadata().GetVersion())
-		},
-		OnUpdate: func(key string, old, cur *troupev1.Counter) {
-			s.view.setCounter(key, cur.GetValue(), cur.GetMetadata().GetVersion())
+	cc.counters.AddHandler(cache.Handler[*troupev1.Counter]{
+		OnUpdate: func(_ string, old, cur *troupev1.Counter) {
 			if cur.GetValue() < old.GetValue() {
 				s.wakeAll() // capacity was released
 			}
 		},
-		OnDelete: func(key string, _ *troupev1.Counter) { s.view.deleteCounter(key); s.wakeAll() },
+		OnDelete: func(string, *troupev1.Counter) { s.wakeAll() },
 	})
 	return s, nil
 }
@@ -140,20 +135,17 @@ func New(c *clientlib.Client, cfg Config) (*Scheduler, error) {
 // Stats returns the instance's counters so far.
 func (s *Scheduler) Stats() Snapshot { return s.stats.snapshot(s.cfg.Now()) }
 
-// WaitForSync waits until Run has filled the instance's caches, or ctx
-// ends.
-func (s *Scheduler) WaitForSync(ctx context.Context) error {
-	for _, inf := range []cache.Syncer{s.machines, s.tasks, s.counters} {
-		if err := inf.WaitForSync(ctx); err != nil {
+// WaitForSync waits until the instance's cache is filled, or ctx ends.
+func (s *Scheduler) WaitForSync(ctx context.Context) error { return s.cache.WaitForSync(ctx) }
+
+// Run schedules until ctx ends (running the instance's cache, unless it
+// shares its process's).
+func (s *Scheduler) Run(ctx context.Context) error {
+	if s.ownCache {
+		if err := s.cache.Run(ctx); err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-// Run schedules until ctx ends.
-func (s *Scheduler) Run(ctx context.Context) error {
-	if err := cache.Start(ctx, s.machines, s.tasks, s.counters); err != nil {
+	} else if err := s.cache.WaitForSync(ctx); err != nil {
 		return err
 	}
 	s.wakePending()

@@ -21,8 +21,8 @@ import (
 )
 
 // ScheduleConfig is one run of the scheduling benchmark: Schedulers batch
-// scheduler instances (the jobs split among them by hash, Omega's
-// load-split) place Tasks tasks, submitted in jobs of TasksPerJob while
+// scheduler instances in one process (sharing its cell cache; the jobs
+// split among them by hash, Omega's load-split) place Tasks tasks, submitted in jobs of TasksPerJob while
 // they run, on Machines hollow machines of a real in-process store.
 type ScheduleConfig struct {
 	Machines, Tasks, TasksPerJob int
@@ -102,6 +102,13 @@ func RunSchedule(ctx context.Context, cfg ScheduleConfig) (ScheduleResult, error
 
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
+	// The instances share one process, so they share its cell cache.
+	cacheClient, err := newClient()
+	if err != nil {
+		return res, err
+	}
+	defer cacheClient.Close()
+	cellCache := scheduler.NewCellCache(cacheClient, cfg.Logger)
 	scheds := make([]*scheduler.Scheduler, cfg.Schedulers)
 	errc := make(chan error, cfg.Schedulers)
 	for i := range scheds {
@@ -117,17 +124,16 @@ func RunSchedule(ctx context.Context, cfg ScheduleConfig) (ScheduleResult, error
 		defer cl.Close()
 		s, err := scheduler.New(cl, scheduler.Config{Name: "batch-" + strconv.Itoa(i), Kind: profiles.Batch,
 			Partition: i, Partitions: cfg.Schedulers, Profile: prof, Modes: modes, MaxAttempts: 5,
-			Backoff: 100 * time.Millisecond, Now: time.Now, Logger: cfg.Logger})
+			Backoff: 100 * time.Millisecond, Cache: cellCache, Now: time.Now, Logger: cfg.Logger})
 		if err != nil {
 			return res, err
 		}
 		scheds[i] = s
 		go func() { errc <- s.Run(runCtx) }()
 	}
-	for _, s := range scheds {
-		if err := s.WaitForSync(ctx); err != nil {
-			return res, err
-		}
+	go cellCache.Run(runCtx)
+	if err := cellCache.WaitForSync(ctx); err != nil {
+		return res, err
 	}
 
 	// Submit the jobs while the schedulers run, as fast as the store

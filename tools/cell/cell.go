@@ -108,6 +108,8 @@ func (c *Cell) start() error {
 		return err
 	}
 	log := c.cfg.Logger
+	// The three schedulers share this process's cell cache.
+	cellCache := scheduler.NewCellCache(c.Client, log)
 	for _, kind := range []string{profiles.Batch, profiles.Service, profiles.Gang} {
 		prof, modes, err := profiles.New(kind, rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())))
 		if err != nil {
@@ -118,13 +120,15 @@ func (c *Cell) start() error {
 			return err
 		}
 		s, err := scheduler.New(cl, scheduler.Config{Name: kind + "-0", Kind: kind, Profile: prof, Modes: modes, MaxAttempts: 5,
-			Backoff: c.cfg.SchedulerBackoff, PublishInterval: 5 * time.Second, Now: time.Now, Logger: log.With(zap.String("scheduler", kind))})
+			Backoff: c.cfg.SchedulerBackoff, PublishInterval: 5 * time.Second, Cache: cellCache, Now: time.Now,
+			Logger: log.With(zap.String("scheduler", kind))})
 		if err != nil {
 			return err
 		}
 		c.Schedulers[kind+"-0"] = s
 		c.run(s.Run)
 	}
+	c.run(cellCache.Run)
 	jobEvents, err := c.recorder("job-controller")
 	if err != nil {
 		return err

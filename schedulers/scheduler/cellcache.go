@@ -1,0 +1,72 @@
+package scheduler
+
+import (
+	"context"
+
+	"go.uber.org/zap"
+
+	"github.com/troupe-cluster/troupe/clientlib"
+	"github.com/troupe-cluster/troupe/clientlib/cache"
+	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
+)
+
+// CellCache is the cell as a scheduler process sees it: caches of the
+// machines, tasks and machine counters, kept current by watch, and the
+// view of the machines that decisions copy. The instances of one process
+// share it, as kube-scheduler's profiles share informers, so N instances
+// cost one cache, not N; each still decides on its own snapshot and
+// commits alone, so they conflict as separate processes would.
+//
+// Create the instances (New) before running the cache: they add their
+// handlers to it.
+type CellCache struct {
+	machines *cache.Informer[*troupev1.Machine]
+	tasks    *cache.Informer[*troupev1.Task]
+	counters *cache.Informer[*troupev1.Counter]
+	view     *cellView
+}
+
+// NewCellCache returns the caches of a scheduler process over client c.
+func NewCellCache(c *clientlib.Client, logger *zap.Logger) *CellCache {
+	cc := &CellCache{view: newCellView()}
+	cc.machines = clientlib.NewInformer(c, clientlib.Machines, "", nil)
+	cc.tasks = clientlib.NewInformer(c, clientlib.Tasks, "", clientlib.TaskIndexes())
+	cc.counters = cache.NewInformer(cache.InformerConfig[*troupev1.Counter]{
+		Prefix: clientlib.AllocPrefix, List: c.List, IsCompacted: clientlib.IsCompacted, Decode: clientlib.DecodeCounter,
+		Watch: func(ctx context.Context, prefix string, cursor []byte) cache.Stream {
+			return c.Watch(ctx, prefix, cursor)
+		},
+		Logger: logger,
+	})
+	cc.machines.AddHandler(cache.Handler[*troupev1.Machine]{
+		OnAdd:    func(_ string, m *troupev1.Machine) { cc.view.setMachine(m) },
+		OnUpdate: func(_ string, _, m *troupev1.Machine) { cc.view.setMachine(m) },
+		OnDelete: func(_ string, m *troupev1.Machine) { cc.view.deleteMachine(m.GetMetadata().GetName()) },
+	})
+	cc.counters.AddHandler(cache.Handler[*troupev1.Counter]{
+		OnAdd: func(key string, c *troupev1.Counter) {
+			cc.view.setCounter(key, c.GetValue(), c.GetMetadata().GetVersion())
+		},
+		OnUpdate: func(key string, _, c *troupev1.Counter) {
+			cc.view.setCounter(key, c.GetValue(), c.GetMetadata().GetVersion())
+		},
+		OnDelete: func(key string, _ *troupev1.Counter) { cc.view.deleteCounter(key) },
+	})
+	return cc
+}
+
+// Run starts the caches, which stay current until ctx ends, and waits
+// until they are filled.
+func (cc *CellCache) Run(ctx context.Context) error {
+	return cache.Start(ctx, cc.machines, cc.tasks, cc.counters)
+}
+
+// WaitForSync waits until the caches are filled, or ctx ends.
+func (cc *CellCache) WaitForSync(ctx context.Context) error {
+	for _, inf := range []cache.Syncer{cc.machines, cc.tasks, cc.counters} {
+		if err := inf.WaitForSync(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
