@@ -94,7 +94,7 @@ type Conflicted struct {
 	Conflict  *clientlib.Conflict
 }
 
-// CommitPlan writes a plan's placements in one request. For each
+// CommitPlan writes a plan's placements, in one request. For each
 // placement: the task gets its binding (on condition that it is still at
 // the version the scheduler read), its Binding object is created for the
 // machine's agent, and the machine's counters take the task's requests
@@ -107,22 +107,79 @@ type Conflicted struct {
 // group, as in Omega, where a transaction's claims on a machine are all
 // checked against the machine as the snapshot saw it: separate groups
 // would fail on each other's writes. AllOrNothing makes the request
-// atomic. Conflicts are results, for the caller to refresh and retry; an
-// error means the request failed.
+// atomic. An incremental plan too large for one request commits in
+// several (see maxRequestGroups). Conflicts are results, for the caller
+// to refresh and retry; an error means a request failed (placements
+// committed by earlier requests of the plan stay committed, and the
+// Result returned with the error lists them).
 func CommitPlan(ctx context.Context, s clientlib.Store, plan *Plan, modes Modes, scheduler string, now time.Time) (*Result, error) {
-	if len(plan.Placements) == 0 {
-		return &Result{}, nil
+	res := &Result{}
+	groups := groupPlacements(plan.Placements, modes)
+	written := map[string]*CounterWrite{}
+	for len(groups) > 0 {
+		n := len(groups)
+		if modes.Txn == Incremental {
+			n = requestSize(groups)
+		}
+		err := commitGroups(ctx, s, groups[:n], modes, scheduler, now, res, written)
+		if err != nil {
+			res.Counters = counterWrites(written)
+			return res, err
+		}
+		groups = groups[n:]
 	}
+	res.Counters = counterWrites(written)
+	return res, nil
+}
+
+func counterWrites(written map[string]*CounterWrite) []CounterWrite {
+	out := make([]CounterWrite, 0, len(written))
+	for _, key := range slices.Sorted(maps.Keys(written)) {
+		out = append(out, *written[key])
+	}
+	return out
+}
+
+// Bounds of one request of an incremental plan, well inside the store's
+// default limits (1,024 groups, 4,096 operations): a larger job commits
+// in several requests. An all-or-nothing plan is one request whatever
+// its size; the store refuses one above its limits, with the reason.
+const (
+	maxRequestGroups = 256
+	maxRequestOps    = 2048
+)
+
+// requestSize returns how many of groups fit in one request.
+func requestSize(groups [][]Placement) int {
+	ops := 0
+	for i, members := range groups {
+		n := 0
+		for _, p := range members {
+			n += 2 + 2*len(p.Victims) + 2*len(p.Task.Requests) // writes, and at most a condition and an add per resource
+		}
+		if i > 0 && (i == maxRequestGroups || ops+n > maxRequestOps) {
+			return i
+		}
+		ops += n
+	}
+	return len(groups)
+}
+
+// commitGroups commits groups in one request and adds what happened to
+// res, and the counters written to written.
+func commitGroups(ctx context.Context, s clientlib.Store, groups [][]Placement, modes Modes, scheduler string, now time.Time,
+	res *Result, written map[string]*CounterWrite) error {
 	tx := clientlib.NewTxn(s)
 	if modes.Txn == AllOrNothing {
 		tx.Atomic()
 	}
-	groups := groupPlacements(plan.Placements, modes)
 	deltas := make([]map[string]int64, len(groups))
+	placements := 0
 	for i, members := range groups {
 		g := tx.Group()
 		deltas[i] = map[string]int64{}
 		for _, p := range members {
+			placements++
 			writeBinding(g, p, scheduler, now)
 			for r, q := range p.Task.Requests {
 				deltas[i][r] += q
@@ -138,10 +195,8 @@ func CommitPlan(ctx context.Context, s clientlib.Store, plan *Plan, modes Modes,
 	}
 	out, err := tx.Commit(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("commit plan of %d placements: %w", len(plan.Placements), err)
+		return fmt.Errorf("commit plan of %d placements: %w", placements, err)
 	}
-	res := &Result{}
-	written := map[string]*CounterWrite{}
 	for i, g := range out.Groups {
 		members := groups[i]
 		if !g.Committed {
@@ -163,10 +218,7 @@ func CommitPlan(ctx context.Context, s clientlib.Store, plan *Plan, modes Modes,
 			w.Version = g.Revision
 		}
 	}
-	for _, key := range slices.Sorted(maps.Keys(written)) {
-		res.Counters = append(res.Counters, *written[key])
-	}
-	return res, nil
+	return nil
 }
 
 // groupPlacements splits placements into the request's groups: one per

@@ -151,3 +151,42 @@ func TestTaskConflictAndAllOrNothing(t *testing.T) {
 		t.Fatalf("counter %s: the aborted gang took capacity", kv.GetValue())
 	}
 }
+
+// countingStore counts the commit requests that reach the store.
+type countingStore struct {
+	clientlib.Store
+	commits int
+}
+
+func (c *countingStore) Commit(ctx context.Context, req *storev1.CommitRequest) (*storev1.CommitResponse, error) {
+	c.commits++
+	return c.Store.Commit(ctx, req)
+}
+
+// An incremental plan larger than one request commits in several; the
+// counters written are reported once, with their final value.
+func TestLargePlanCommitsInSeveralRequests(t *testing.T) {
+	h := newHarness(t)
+	tasks := h.pending("big", 600, 10)
+	plan := framework.Schedule(framework.Profile{}, h.snapshot(100000), tasks)
+	counting := &countingStore{Store: h.store}
+	res, err := framework.CommitPlan(h.ctx, counting, plan, framework.Modes{}, "batch-0", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Committed) != 600 || counting.commits != 3 {
+		t.Fatalf("%d committed in %d requests, want 600 in 3", len(res.Committed), counting.commits)
+	}
+	kv, _ := h.store.Get(h.ctx, "/alloc/m1/cpu")
+	if string(kv.GetValue()) != "6000" || len(res.Counters) != 1 || res.Counters[0].Value != 6000 || res.Counters[0].Version != kv.GetVersion() {
+		t.Fatalf("counter %s at %d; reported %+v", kv.GetValue(), kv.GetVersion(), res.Counters)
+	}
+	// All or nothing stays one request.
+	gang := h.pending("gang", 300, 10)
+	counting.commits = 0
+	res, err = framework.CommitPlan(h.ctx, counting, framework.Schedule(framework.Profile{}, h.snapshot(100000), gang),
+		framework.Modes{Txn: framework.AllOrNothing}, "gang-0", now)
+	if err != nil || len(res.Committed) != 300 || counting.commits != 1 {
+		t.Fatalf("gang: %v, %d committed in %d requests", err, len(res.Committed), counting.commits)
+	}
+}

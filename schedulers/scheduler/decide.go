@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -37,10 +38,13 @@ func (s *Scheduler) scheduleJob(ctx context.Context, job string) {
 		if s.cfg.Modes.Txn == framework.AllOrNothing && len(plan.Failures) > 0 {
 			// A gang is placed whole or not at all.
 			s.stats.decided(start, s.cfg.Now(), len(tasks), 0, 0, len(tasks))
+			s.jobEvent(job, clientlib.EventWarning, "FailedScheduling", "gang of %d not placed: %d task(s) fit nowhere: %s",
+				len(tasks), len(plan.Failures), plan.Failures[0].Status)
 			s.queue.AddAfter(job, s.cfg.Backoff)
 			return
 		}
 		res, err := framework.CommitPlan(ctx, s.c, plan, s.cfg.Modes, s.cfg.Name, s.cfg.Now())
+		s.assume(res)
 		if err != nil {
 			if ctx.Err() == nil {
 				s.cfg.Logger.Warn("commit failed", zap.String("job", job), zap.Error(err))
@@ -48,11 +52,9 @@ func (s *Scheduler) scheduleJob(ctx context.Context, job string) {
 			}
 			return
 		}
-		s.assume(res)
 		s.stats.decided(start, s.cfg.Now(), len(tasks), len(res.Committed), len(res.Conflicted), len(plan.Failures))
+		s.recordOutcome(job, attempt, plan, res)
 		if len(plan.Failures) > 0 {
-			s.cfg.Logger.Debug("tasks fit nowhere", zap.String("job", job), zap.Int("tasks", len(plan.Failures)),
-				zap.String("why", plan.Failures[0].Status.String()))
 			s.queue.AddAfter(job, s.cfg.Backoff)
 		}
 		if len(res.Conflicted) == 0 {
@@ -62,6 +64,49 @@ func (s *Scheduler) scheduleJob(ctx context.Context, job string) {
 		s.awaitRefresh(ctx, res.Conflicted)
 	}
 	s.queue.AddRateLimited(job) // still conflicting: back off
+}
+
+// recordOutcome records the events of one commit of a job's plan: what
+// was placed (with the attempt and the conflicts), what lost to other
+// schedulers, what fits nowhere, and the tasks preempted.
+func (s *Scheduler) recordOutcome(job string, attempt int, plan *framework.Plan, res *framework.Result) {
+	if n := len(res.Committed); n > 0 {
+		machines := map[string]bool{}
+		for _, p := range res.Committed {
+			machines[p.Machine.Name] = true
+		}
+		s.jobEvent(job, clientlib.EventNormal, "Scheduled", "%d task(s) placed on %d machine(s) by %s (attempt %d, %d conflict(s))",
+			n, len(machines), s.cfg.Name, attempt, len(res.Conflicted))
+	}
+	if n := len(res.Conflicted); n > 0 {
+		c := res.Conflicted[0].Conflict
+		s.jobEvent(job, clientlib.EventWarning, "Conflict", "%d placement(s) lost to concurrent commits (first: %s on %s); retrying them",
+			n, c.Reason, c.Key)
+	}
+	if n := len(plan.Failures); n > 0 {
+		s.cfg.Logger.Debug("tasks fit nowhere", zap.String("job", job), zap.Int("tasks", n), zap.String("why", plan.Failures[0].Status.String()))
+		s.jobEvent(job, clientlib.EventWarning, "FailedScheduling", "%d task(s) fit nowhere: %s", n, plan.Failures[0].Status)
+	}
+	if s.cfg.Events == nil {
+		return
+	}
+	for _, p := range res.Committed {
+		for _, v := range p.Victims {
+			m := v.Task.GetMetadata()
+			s.cfg.Events.Record(clientlib.Tasks.Name, m.GetNamespace(), v.Task.GetSpec().GetJob(), m.GetName(), clientlib.EventWarning,
+				"Preempted", fmt.Sprintf("evicted from %s by %s (priority %d over %d)", p.Machine.Name, p.Task.Task.GetMetadata().GetName(),
+					p.Task.Priority, v.Priority))
+		}
+	}
+}
+
+// jobEvent records an event of job ("<namespace>/<name>").
+func (s *Scheduler) jobEvent(job, eventType, reason, format string, args ...any) {
+	if s.cfg.Events == nil {
+		return
+	}
+	ns, name, _ := strings.Cut(job, "/")
+	s.cfg.Events.Record(clientlib.Jobs.Name, ns, name, name, eventType, reason, fmt.Sprintf(format, args...))
 }
 
 // gangComplete reports whether a gang job has at least gang_min members
@@ -120,6 +165,9 @@ func (s *Scheduler) pendingTasks(job string) []*framework.Task {
 // puts the counters they wrote into the cell view, so the next decision
 // neither places the same tasks again nor conflicts with this commit.
 func (s *Scheduler) assume(res *framework.Result) {
+	if res == nil {
+		return
+	}
 	for _, w := range res.Counters {
 		s.view.setCounter(w.Key, w.Value, w.Version)
 	}

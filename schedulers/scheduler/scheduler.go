@@ -51,7 +51,10 @@ type Config struct {
 	PublishInterval time.Duration
 	// Cache is the process's shared cell cache; nil: the instance keeps
 	// and runs its own.
-	Cache  *CellCache
+	Cache *CellCache
+	// Events records what the instance did to jobs and tasks (Scheduled,
+	// Conflict, FailedScheduling, Preempted); nil: nothing is recorded.
+	Events *clientlib.EventRecorder
 	Now    func() time.Time
 	Logger *zap.Logger
 }

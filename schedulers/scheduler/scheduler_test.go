@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -56,9 +57,14 @@ func TestCompetingBatchSchedulers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		events, err := clientlib.NewEventRecorder(admin, clientlib.DefaultEventRecorderConfig("batch-"+strconv.Itoa(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		go events.Run(ctx)
 		s, err := scheduler.New(newClient(t, cell), scheduler.Config{Name: "batch-" + strconv.Itoa(i), Kind: profiles.Batch,
 			Profile: prof, Modes: modes, MaxAttempts: 5, Backoff: 50 * time.Millisecond, PublishInterval: 20 * time.Millisecond,
-			Now: time.Now, Logger: zap.NewNop()})
+			Events: events, Now: time.Now, Logger: zap.NewNop()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -145,6 +151,28 @@ func TestCompetingBatchSchedulers(t *testing.T) {
 	}
 	if scheds[0].Stats().Unschedulable+scheds[1].Stats().Unschedulable == 0 {
 		t.Fatal("the oversized task was never reported unschedulable")
+	}
+	// The jobs' events say what the schedulers did: placements, and why
+	// the oversized task fits nowhere.
+	for job, reason := range map[string]string{"j0": "Scheduled", "huge": "FailedScheduling"} {
+		for {
+			evs, _, err := clientlib.List(ctx, admin, clientlib.Events, "ns/"+job+"/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			i := slices.IndexFunc(evs, func(e *troupev1.Event) bool { return e.GetReason() == reason })
+			if i >= 0 {
+				if reason == "FailedScheduling" && !strings.Contains(evs[i].GetMessage(), "ResourceFit") {
+					t.Fatalf("FailedScheduling event without the reason: %v", evs[i])
+				}
+				break
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("no %s event for job %s: %v", reason, job, evs)
+			case <-tick.C:
+			}
+		}
 	}
 	// Each instance publishes its counters, in its record and in
 	// Prometheus format.

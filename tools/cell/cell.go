@@ -119,8 +119,12 @@ func (c *Cell) start() error {
 		if err != nil {
 			return err
 		}
+		events, err := c.recorder(kind + "-0")
+		if err != nil {
+			return err
+		}
 		s, err := scheduler.New(cl, scheduler.Config{Name: kind + "-0", Kind: kind, Profile: prof, Modes: modes, MaxAttempts: 5,
-			Backoff: c.cfg.SchedulerBackoff, PublishInterval: 5 * time.Second, Cache: cellCache, Now: time.Now,
+			Backoff: c.cfg.SchedulerBackoff, PublishInterval: 5 * time.Second, Cache: cellCache, Events: events, Now: time.Now,
 			Logger: log.With(zap.String("scheduler", kind))})
 		if err != nil {
 			return err
@@ -153,7 +157,7 @@ func (c *Cell) start() error {
 	c.run(nc.Run)
 	c.run(gcol.Run)
 	if c.cfg.ExecMachine != "" {
-		c.Exec = &runtime.Exec{Dir: filepath.Join(c.cfg.DataDir, "tasks")}
+		c.Exec = runtime.NewExec(filepath.Join(c.cfg.DataDir, "tasks"), c.cfg.Logger)
 		if err := c.StartAgent(c.cfg.ExecMachine, c.cfg.ExecCapacity, map[string]string{"zone": "local"}, c.Exec, "127.0.0.1:0"); err != nil {
 			return err
 		}

@@ -198,4 +198,20 @@ func TestHighPriorityPreemptsBatch(t *testing.T) {
 	if preempted != 2 {
 		t.Fatalf("%d filler tasks preempted, want 2", preempted)
 	}
+	// The victims' job tells why, and so does the newcomer's.
+	for job, reason := range map[string]string{"filler": "Preempted", "urgent": "Scheduled"} {
+		e.until(job+" has a "+reason+" event", func() (bool, string) {
+			evs, _, err := clientlib.List(e.ctx, e.c.Client, clientlib.Events, "e2e/"+job+"/")
+			if err != nil {
+				return false, err.Error()
+			}
+			n := 0
+			for _, ev := range evs {
+				if ev.GetReason() == reason {
+					n++
+				}
+			}
+			return n > 0, fmt.Sprint(len(evs), " events")
+		})
+	}
 }
