@@ -2,13 +2,12 @@
 // one batch, service and gang scheduler, the job, node-lifecycle and
 // garbage-collection controllers, an optional exec agent for this host,
 // and hollow (simulated) machines. `troupe up` and the end-to-end tests
-// use it.
+// use it; `troupe scheduler` and `troupe controller` run its Roles alone.
 package cell
 
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"path/filepath"
 	"sync"
 	"time"
@@ -20,12 +19,7 @@ import (
 	"github.com/troupe-cluster/troupe/cellstore/localcell"
 	"github.com/troupe-cluster/troupe/cellstore/node"
 	"github.com/troupe-cluster/troupe/clientlib"
-	"github.com/troupe-cluster/troupe/clientlib/cache"
-	"github.com/troupe-cluster/troupe/controllers/gc"
-	"github.com/troupe-cluster/troupe/controllers/job"
-	nodectl "github.com/troupe-cluster/troupe/controllers/node"
 	"github.com/troupe-cluster/troupe/schedulers/profiles"
-	"github.com/troupe-cluster/troupe/schedulers/scheduler"
 )
 
 // Config describes the cell.
@@ -48,10 +42,9 @@ type Config struct {
 
 // Cell is a running cell.
 type Cell struct {
-	Node   *node.Node
-	Client *clientlib.Client
-	// Schedulers by name.
-	Schedulers map[string]*scheduler.Scheduler
+	Node *node.Node
+	// Roles are the schedulers and controllers (and their Client).
+	*Roles
 	// Exec is the exec agent's runtime (nil without one).
 	Exec *runtime.Exec
 
@@ -59,7 +52,6 @@ type Cell struct {
 	agents map[string]context.CancelFunc
 	ctx    context.Context
 	cfg    Config
-	errc   chan error
 }
 
 // Start starts the cell; everything stops when ctx ends (then Close the
@@ -85,7 +77,7 @@ func Start(ctx context.Context, cfg Config) (*Cell, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cell{Node: n, Schedulers: map[string]*scheduler.Scheduler{}, agents: map[string]context.CancelFunc{}, ctx: ctx, cfg: cfg, errc: make(chan error, 64)}
+	c := &Cell{Node: n, agents: map[string]context.CancelFunc{}, ctx: ctx, cfg: cfg}
 	if err := c.start(); err != nil {
 		n.Close()
 		return nil, err
@@ -104,58 +96,19 @@ func (c *Cell) start() error {
 		return err
 	}
 	var err error
-	if c.Client, err = c.newClient(); err != nil {
+	if c.Roles, err = NewRoles(c.ctx, c.newClient, c.cfg.Logger); err != nil {
 		return err
 	}
-	log := c.cfg.Logger
-	// The three schedulers share this process's cell cache.
-	cellCache := scheduler.NewCellCache(c.Client, log)
+	var specs []SchedulerSpec
 	for _, kind := range []string{profiles.Batch, profiles.Service, profiles.Gang} {
-		prof, modes, err := profiles.New(kind, rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())))
-		if err != nil {
-			return err
-		}
-		cl, err := c.newClient()
-		if err != nil {
-			return err
-		}
-		events, err := c.recorder(kind + "-0")
-		if err != nil {
-			return err
-		}
-		s, err := scheduler.New(cl, scheduler.Config{Name: kind + "-0", Kind: kind, Profile: prof, Modes: modes, MaxAttempts: 5,
-			Backoff: c.cfg.SchedulerBackoff, PublishInterval: 5 * time.Second, Cache: cellCache, Events: events, Now: time.Now,
-			Logger: log.With(zap.String("scheduler", kind))})
-		if err != nil {
-			return err
-		}
-		c.Schedulers[kind+"-0"] = s
-		c.run(s.Run)
+		specs = append(specs, SchedulerSpec{Name: kind + "-0", Kind: kind})
 	}
-	c.run(cellCache.Run)
-	jobEvents, err := c.recorder("job-controller")
-	if err != nil {
+	if err := c.StartSchedulers(specs, c.cfg.SchedulerBackoff); err != nil {
 		return err
 	}
-	nodeEvents, err := c.recorder("node-controller")
-	if err != nil {
+	if err := c.StartControllers(500 * time.Millisecond); err != nil {
 		return err
 	}
-	jc, err := job.New(c.Client, job.Config{Now: time.Now, Logger: log, Queue: cache.DefaultQueueConfig(), Events: jobEvents})
-	if err != nil {
-		return err
-	}
-	nc, err := nodectl.New(c.Client, nodectl.Config{Now: time.Now, Interval: 500 * time.Millisecond, Logger: log, Events: nodeEvents})
-	if err != nil {
-		return err
-	}
-	gcol, err := gc.New(c.Client, gc.Config{Now: time.Now, Retention: time.Hour, Interval: time.Minute, Logger: log})
-	if err != nil {
-		return err
-	}
-	c.run(jc.Run)
-	c.run(nc.Run)
-	c.run(gcol.Run)
 	if c.cfg.ExecMachine != "" {
 		c.Exec = runtime.NewExec(filepath.Join(c.cfg.DataDir, "tasks"), c.cfg.Logger)
 		if err := c.StartAgent(c.cfg.ExecMachine, c.cfg.ExecCapacity, map[string]string{"zone": "local"}, c.Exec, "127.0.0.1:0"); err != nil {
@@ -171,29 +124,8 @@ func (c *Cell) start() error {
 	return nil
 }
 
-// recorder returns an event recorder for source, running until the cell
-// stops.
-func (c *Cell) recorder(source string) (*clientlib.EventRecorder, error) {
-	cfg := clientlib.DefaultEventRecorderConfig(source)
-	cfg.Logger = c.cfg.Logger
-	r, err := clientlib.NewEventRecorder(c.Client, cfg)
-	if err != nil {
-		return nil, err
-	}
-	c.run(r.Run)
-	return r, nil
-}
-
 // HollowName is the machine name of hollow machine i.
 func HollowName(i int) string { return fmt.Sprintf("hollow-%04d", i) }
-
-func (c *Cell) run(f func(context.Context) error) {
-	go func() {
-		if err := f(c.ctx); err != nil && c.ctx.Err() == nil {
-			c.errc <- err
-		}
-	}()
-}
 
 // StartAgent starts an agent for machine, serving its tasks' logs on
 // logAddr when set.
@@ -226,9 +158,6 @@ func (c *Cell) StopAgent(machine string) {
 		delete(c.agents, machine)
 	}
 }
-
-// Errors reports components that stopped with an error.
-func (c *Cell) Errors() <-chan error { return c.errc }
 
 // Stop stops the store node (cancel Start's context first).
 func (c *Cell) Stop() {

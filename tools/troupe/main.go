@@ -3,6 +3,8 @@
 //	troupe up       run a whole cell in one process
 //	troupe store    run one cell store node
 //	troupe agent    run a machine's node agent (or hollow machines)
+//	troupe scheduler  run scheduler instances
+//	troupe controller run the job, node-lifecycle and gc controllers
 //	troupe apply    create or update objects from manifests
 //	troupe get      list machines, jobs, tasks or schedulers
 //	troupe describe show a job, task or machine in detail, with its events
@@ -29,6 +31,8 @@ func commands() []command {
 		{"up", "run a whole cell in one process", runUp},
 		{"store", "run one cell store node", runStore},
 		{"agent", "run a machine's node agent (or --hollow simulated ones)", runAgent},
+		{"scheduler", "run scheduler instances (batch, service, gang)", runScheduler},
+		{"controller", "run the job, node-lifecycle and gc controllers", runController},
 		{"apply", "create or update objects from manifest files", runApply},
 		{"get", "list machines, jobs, tasks or schedulers", runGet},
 		{"describe", "show a job, task or machine in detail, with its events", runDescribe},
@@ -37,14 +41,14 @@ func commands() []command {
 		{"job", "run FILE (apply) or stop NAME", runJob},
 		{"logs", "print a task's output", runLogs},
 		{"status", "show a store node's status", runStatus},
-		{"bench", "run benchmarks (store workloads, cache)", runBench},
+		{"bench", "run benchmarks (store workloads, cache, schedule)", runBench},
 	}
 }
 
 func usage() {
 	fmt.Fprintln(os.Stderr, "usage: troupe <command> [flags]\n\ncommands:")
 	for _, c := range commands() {
-		fmt.Fprintf(os.Stderr, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(os.Stderr, "  %-10s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(os.Stderr, "\nrun 'troupe <command> -h' for a command's flags")
 }

@@ -1,0 +1,174 @@
+package cell
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/troupe-cluster/troupe/clientlib"
+	"github.com/troupe-cluster/troupe/clientlib/cache"
+	"github.com/troupe-cluster/troupe/controllers/gc"
+	"github.com/troupe-cluster/troupe/controllers/job"
+	nodectl "github.com/troupe-cluster/troupe/controllers/node"
+	"github.com/troupe-cluster/troupe/schedulers/profiles"
+	"github.com/troupe-cluster/troupe/schedulers/scheduler"
+)
+
+// Roles runs the scheduler and controller roles of a cell against its
+// store, in the background until ctx ends: `troupe up` runs them beside
+// an embedded store, `troupe scheduler` and `troupe controller` on their
+// own. Their metrics are in Registry.
+type Roles struct {
+	// Client is shared by the caches, the controllers and the event
+	// recorders; each scheduler instance commits through its own.
+	Client *clientlib.Client
+	// Schedulers by name.
+	Schedulers map[string]*scheduler.Scheduler
+	Registry   *prometheus.Registry
+
+	ctx       context.Context
+	newClient func() (*clientlib.Client, error)
+	log       *zap.Logger
+	errc      chan error
+	metrics   *collectors
+}
+
+// NewRoles returns the roles of a process whose clients newClient makes.
+func NewRoles(ctx context.Context, newClient func() (*clientlib.Client, error), log *zap.Logger) (*Roles, error) {
+	c, err := newClient()
+	if err != nil {
+		return nil, err
+	}
+	r := &Roles{Client: c, Schedulers: map[string]*scheduler.Scheduler{}, Registry: prometheus.NewRegistry(),
+		ctx: ctx, newClient: newClient, log: log, errc: make(chan error, 64), metrics: &collectors{}}
+	r.Registry.MustRegister(r.metrics)
+	return r, nil
+}
+
+// collectors gathers the collectors of the schedulers and recorders,
+// which share descriptors (told apart by their labels), so the registry
+// takes them as one unchecked collector.
+type collectors struct {
+	mu sync.Mutex
+	cs []prometheus.Collector
+}
+
+func (c *collectors) add(x prometheus.Collector) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cs = append(c.cs, x)
+}
+
+// Describe describes nothing: the collector is unchecked.
+func (c *collectors) Describe(chan<- *prometheus.Desc) {}
+
+func (c *collectors) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	cs := slices.Clone(c.cs)
+	c.mu.Unlock()
+	for _, x := range cs {
+		x.Collect(ch)
+	}
+}
+
+// SchedulerSpec is one scheduler instance: its name, its kind (a built-in
+// profile), and its share of the kind's jobs (Partitions <= 1: all of
+// them; instances of one kind then compete for the same tasks).
+type SchedulerSpec struct {
+	Name, Kind            string
+	Partition, Partitions int
+}
+
+// StartSchedulers starts scheduler instances sharing one cell cache;
+// tasks that fit nowhere wait backoff.
+func (r *Roles) StartSchedulers(specs []SchedulerSpec, backoff time.Duration) error {
+	cellCache := scheduler.NewCellCache(r.Client, r.log)
+	for _, spec := range specs {
+		if _, dup := r.Schedulers[spec.Name]; dup {
+			return fmt.Errorf("scheduler %q twice", spec.Name)
+		}
+		prof, modes, err := profiles.New(spec.Kind, rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())))
+		if err != nil {
+			return err
+		}
+		cl, err := r.newClient()
+		if err != nil {
+			return err
+		}
+		events, err := r.recorder(spec.Name)
+		if err != nil {
+			return err
+		}
+		s, err := scheduler.New(cl, scheduler.Config{Name: spec.Name, Kind: spec.Kind, Partition: spec.Partition, Partitions: spec.Partitions,
+			Profile: prof, Modes: modes, MaxAttempts: 5, Backoff: backoff, PublishInterval: 5 * time.Second, Cache: cellCache,
+			Events: events, Now: time.Now, Logger: r.log.With(zap.String("scheduler", spec.Name))})
+		if err != nil {
+			return err
+		}
+		r.metrics.add(s.Collector())
+		r.Schedulers[spec.Name] = s
+		r.run(s.Run)
+	}
+	r.run(cellCache.Run)
+	return nil
+}
+
+// StartControllers starts the job, node-lifecycle and garbage-collection
+// controllers; the node controller checks leases every nodeInterval.
+func (r *Roles) StartControllers(nodeInterval time.Duration) error {
+	jobEvents, err := r.recorder("job-controller")
+	if err != nil {
+		return err
+	}
+	nodeEvents, err := r.recorder("node-controller")
+	if err != nil {
+		return err
+	}
+	jc, err := job.New(r.Client, job.Config{Now: time.Now, Logger: r.log, Queue: cache.DefaultQueueConfig(), Events: jobEvents})
+	if err != nil {
+		return err
+	}
+	nc, err := nodectl.New(r.Client, nodectl.Config{Now: time.Now, Interval: nodeInterval, Logger: r.log, Events: nodeEvents})
+	if err != nil {
+		return err
+	}
+	gcol, err := gc.New(r.Client, gc.Config{Now: time.Now, Retention: time.Hour, Interval: time.Minute, Logger: r.log})
+	if err != nil {
+		return err
+	}
+	r.run(jc.Run)
+	r.run(nc.Run)
+	r.run(gcol.Run)
+	return nil
+}
+
+// recorder returns an event recorder for source, running until ctx ends.
+func (r *Roles) recorder(source string) (*clientlib.EventRecorder, error) {
+	cfg := clientlib.DefaultEventRecorderConfig(source)
+	cfg.Logger = r.log
+	rec, err := clientlib.NewEventRecorder(r.Client, cfg)
+	if err != nil {
+		return nil, err
+	}
+	r.metrics.add(rec.Collector())
+	r.run(rec.Run)
+	return rec, nil
+}
+
+// run runs f until ctx ends, reporting an early error on Errors.
+func (r *Roles) run(f func(context.Context) error) {
+	go func() {
+		if err := f(r.ctx); err != nil && r.ctx.Err() == nil {
+			r.errc <- err
+		}
+	}()
+}
+
+// Errors reports components that stopped with an error.
+func (r *Roles) Errors() <-chan error { return r.errc }
