@@ -248,6 +248,10 @@ func (n *Node) WaitReady(ctx context.Context) error {
 	}
 }
 
+// Registry is the node's metrics registry, served at /metrics; a
+// process embedding the node adds its own collectors to it.
+func (n *Node) Registry() *prometheus.Registry { return n.registry }
+
 // GRPCAddr is the address the gRPC service listens on.
 func (n *Node) GRPCAddr() string { return n.grpcLis.Addr().String() }
 

@@ -96,7 +96,7 @@ func (c *Cell) start() error {
 		return err
 	}
 	var err error
-	if c.Roles, err = NewRoles(c.ctx, c.newClient, c.cfg.Logger); err != nil {
+	if c.Roles, err = NewRoles(c.ctx, c.newClient, c.Node.Registry(), c.cfg.Logger); err != nil {
 		return err
 	}
 	var specs []SchedulerSpec

@@ -23,14 +23,13 @@ import (
 // Roles runs the scheduler and controller roles of a cell against its
 // store, in the background until ctx ends: `troupe up` runs them beside
 // an embedded store, `troupe scheduler` and `troupe controller` on their
-// own. Their metrics are in Registry.
+// own. Their metrics go to the registry given to NewRoles.
 type Roles struct {
 	// Client is shared by the caches, the controllers and the event
 	// recorders; each scheduler instance commits through its own.
 	Client *clientlib.Client
 	// Schedulers by name.
 	Schedulers map[string]*scheduler.Scheduler
-	Registry   *prometheus.Registry
 
 	ctx       context.Context
 	newClient func() (*clientlib.Client, error)
@@ -39,15 +38,19 @@ type Roles struct {
 	metrics   *collectors
 }
 
-// NewRoles returns the roles of a process whose clients newClient makes.
-func NewRoles(ctx context.Context, newClient func() (*clientlib.Client, error), log *zap.Logger) (*Roles, error) {
+// NewRoles returns the roles of a process whose clients newClient makes,
+// registering their metrics with reg.
+func NewRoles(ctx context.Context, newClient func() (*clientlib.Client, error), reg prometheus.Registerer, log *zap.Logger) (*Roles, error) {
 	c, err := newClient()
 	if err != nil {
 		return nil, err
 	}
-	r := &Roles{Client: c, Schedulers: map[string]*scheduler.Scheduler{}, Registry: prometheus.NewRegistry(),
+	r := &Roles{Client: c, Schedulers: map[string]*scheduler.Scheduler{},
 		ctx: ctx, newClient: newClient, log: log, errc: make(chan error, 64), metrics: &collectors{}}
-	r.Registry.MustRegister(r.metrics)
+	if err := reg.Register(r.metrics); err != nil {
+		c.Close()
+		return nil, err
+	}
 	return r, nil
 }
 

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
@@ -89,7 +91,9 @@ func runRoles(rf roleFlags, what string, start func(*cell.Roles) error) error {
 		cc.Logger = log
 		return clientlib.New(cc)
 	}
-	r, err := cell.NewRoles(ctx, newClient, log)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	r, err := cell.NewRoles(ctx, newClient, reg, log)
 	if err != nil {
 		return err
 	}
@@ -101,7 +105,7 @@ func runRoles(rf roleFlags, what string, start func(*cell.Roles) error) error {
 		return fmt.Errorf("%s: metrics address: %w", what, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(r.Registry, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {

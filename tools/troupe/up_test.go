@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -85,6 +87,18 @@ spec:
 	}
 	if out, err := run("logs", "greet-2"); err != nil || strings.TrimSpace(out) != "hi from default/greet/2" {
 		t.Fatalf("logs: %q %v", out, err)
+	}
+	// The cell's /metrics has the store's and the schedulers' figures.
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`troupe_scheduler_placements_total{scheduler="batch-0"} 3`, "troupe_store_commits_total", `troupe_events_total{result="written",source="job-controller"}`} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("no %s in /metrics", want)
+		}
 	}
 	if out, err := run("job", "stop", "greet"); err != nil || !strings.Contains(out, "job/default/greet stopped") {
 		t.Fatalf("job stop: %q %v", out, err)
