@@ -43,7 +43,7 @@ func (s *Scheduler) scheduleJob(ctx context.Context, job string) {
 			s.queue.AddAfter(job, s.cfg.Backoff)
 			return
 		}
-		res, err := framework.CommitPlan(ctx, s.c, plan, s.cfg.Modes, s.cfg.Name, s.cfg.Now())
+		res, err := framework.CommitPlan(ctx, s.commits(), plan, s.cfg.Modes, s.cfg.Name, s.cfg.Now())
 		s.assume(res)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -54,6 +54,9 @@ func (s *Scheduler) scheduleJob(ctx context.Context, job string) {
 		}
 		s.stats.decided(start, s.cfg.Now(), len(tasks), len(res.Committed), len(res.Conflicted), len(plan.Failures))
 		s.recordOutcome(job, attempt, plan, res)
+		if s.cfg.Observe != nil {
+			s.cfg.Observe(Decision{Job: job, Attempt: attempt, Plan: plan, Result: res})
+		}
 		if len(plan.Failures) > 0 {
 			s.queue.AddAfter(job, s.cfg.Backoff)
 		}
@@ -64,6 +67,14 @@ func (s *Scheduler) scheduleJob(ctx context.Context, job string) {
 		s.awaitRefresh(ctx, res.Conflicted)
 	}
 	s.queue.AddRateLimited(job) // still conflicting: back off
+}
+
+// commits is where placements are committed.
+func (s *Scheduler) commits() clientlib.Store {
+	if s.cfg.Commits != nil {
+		return s.cfg.Commits
+	}
+	return s.c
 }
 
 // recordOutcome records the events of one commit of a job's plan: what

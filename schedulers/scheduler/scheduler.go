@@ -55,8 +55,15 @@ type Config struct {
 	// Events records what the instance did to jobs and tasks (Scheduled,
 	// Conflict, FailedScheduling, Preempted); nil: nothing is recorded.
 	Events *clientlib.EventRecorder
-	Now    func() time.Time
-	Logger *zap.Logger
+	// Commits, if set, takes the instance's placement commits instead of
+	// the client (a proxy, or a test's fault injection).
+	Commits clientlib.Store
+	// Observe, if set, is called after each commit of a job's plan, from
+	// the instance's goroutine, with what was decided and what happened
+	// (for traces and tests).
+	Observe func(Decision)
+	Now     func() time.Time
+	Logger  *zap.Logger
 }
 
 // Validate checks the configuration.
@@ -95,6 +102,15 @@ type Scheduler struct {
 	mu      sync.Mutex
 	assumed map[string]map[string]assumed // by job and task key: placements the cache may not show yet
 	seen    map[string]bool               // jobs with pending tasks already attempted
+}
+
+// Decision is one commit of a job's plan: the attempt (from 1 in a
+// decision round), the plan, and the commit's result.
+type Decision struct {
+	Job     string
+	Attempt int
+	Plan    *framework.Plan
+	Result  *framework.Result
 }
 
 // assumed is a placement this instance committed: the task's version it
