@@ -15,9 +15,9 @@ import (
 
 	"github.com/troupe-cluster/troupe/agents/agent"
 	"github.com/troupe-cluster/troupe/agents/runtime"
-	"github.com/troupe-cluster/troupe/cellstore/localcell"
 	"github.com/troupe-cluster/troupe/clientlib"
 	"github.com/troupe-cluster/troupe/clientlib/cache"
+	"github.com/troupe-cluster/troupe/clientlib/clienttest"
 	"github.com/troupe-cluster/troupe/controllers/job"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 	"github.com/troupe-cluster/troupe/schedulers/profiles"
@@ -29,25 +29,13 @@ import (
 func TestBatchJobOfRealProcesses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	lc, err := localcell.Start(ctx, localcell.Config{Dir: t.TempDir(), Replicas: 1, Shards: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lc.Close()
-	client := func() *clientlib.Client {
-		c, err := clientlib.New(clientlib.DefaultConfig(lc.Endpoints()...))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
+	lc := clienttest.Start(ctx, t)
 	runtimes := map[string]*runtime.Exec{}
 	for i := range 2 {
 		m := fmt.Sprintf("a%d", i)
 		rt := &runtime.Exec{Dir: t.TempDir()}
 		runtimes[m] = rt
-		a, err := agent.New(client(), agent.Config{Machine: m, Capacity: map[string]int64{"cpu": 2000, "memory": 1 << 30},
+		a, err := agent.New(lc.Client(), agent.Config{Machine: m, Capacity: map[string]int64{"cpu": 2000, "memory": 1 << 30},
 			Runtime: rt, LeaseDuration: 10 * time.Second, RenewInterval: time.Second, StopGrace: time.Second,
 			RestartBackoff: 10 * time.Millisecond, Now: time.Now, Logger: zap.NewNop()})
 		if err != nil {
@@ -59,19 +47,19 @@ func TestBatchJobOfRealProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := scheduler.New(client(), scheduler.Config{Name: "batch-0", Kind: profiles.Batch, Profile: prof, Modes: modes,
+	s, err := scheduler.New(lc.Client(), scheduler.Config{Name: "batch-0", Kind: profiles.Batch, Profile: prof, Modes: modes,
 		MaxAttempts: 3, Backoff: 50 * time.Millisecond, Now: time.Now, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	go s.Run(ctx)
-	ctl, err := job.New(client(), job.Config{Now: time.Now, Logger: zap.NewNop(), Queue: cache.QueueConfig{BaseDelay: 5 * time.Millisecond, MaxDelay: 200 * time.Millisecond}})
+	ctl, err := job.New(lc.Client(), job.Config{Now: time.Now, Logger: zap.NewNop(), Queue: cache.QueueConfig{BaseDelay: 5 * time.Millisecond, MaxDelay: 200 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	go ctl.Run(ctx)
 
-	c := client()
+	c := lc.Client()
 	submit := func(name, script string, count, retries int32, policy troupev1.RestartPolicy) {
 		if _, err := clientlib.Create(ctx, c, clientlib.Jobs, &troupev1.Job{Metadata: &troupev1.ObjectMeta{Name: name, Namespace: "ns"},
 			Spec: &troupev1.JobSpec{Count: count, MaxRetries: retries, RetryBackoff: durationpb.New(0), RestartPolicy: policy,
@@ -206,16 +194,7 @@ func (ts timers) next(t *testing.T) timer {
 func TestRestartInPlace(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	lc, err := localcell.Start(ctx, localcell.Config{Dir: t.TempDir(), Replicas: 1, Shards: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lc.Close()
-	c, err := clientlib.New(clientlib.DefaultConfig(lc.Endpoints()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := clienttest.Start(ctx, t).Client()
 	runs, backoffs := make(timers, 16), make(timers, 16)
 	a, err := agent.New(c, agent.Config{Machine: "m", Capacity: map[string]int64{"cpu": 1000, "memory": 1 << 30}, Runtime: &runtime.Sim{After: runs.After},
 		LeaseDuration: 10 * time.Second, RenewInterval: time.Second, StopGrace: time.Second, After: backoffs.After, Now: time.Now, Logger: zap.NewNop()})

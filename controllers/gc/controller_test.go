@@ -10,8 +10,8 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/troupe-cluster/troupe/cellstore/localcell"
 	"github.com/troupe-cluster/troupe/clientlib"
+	"github.com/troupe-cluster/troupe/clientlib/clienttest"
 	"github.com/troupe-cluster/troupe/controllers/gc"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 )
@@ -21,17 +21,7 @@ func startStore(t *testing.T) (context.Context, *clientlib.Client) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	t.Cleanup(cancel)
-	lc, err := localcell.Start(ctx, localcell.Config{Dir: t.TempDir(), Replicas: 1, Shards: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lc.Close() })
-	c, err := clientlib.New(clientlib.DefaultConfig(lc.Endpoints()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return ctx, c
+	return ctx, clienttest.Start(ctx, t).Client()
 }
 
 func TestCollectsFinishedRunsAfterRetention(t *testing.T) {

@@ -12,9 +12,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/troupe-cluster/troupe/cellstore/localcell"
 	"github.com/troupe-cluster/troupe/clientlib"
 	"github.com/troupe-cluster/troupe/clientlib/cache"
+	"github.com/troupe-cluster/troupe/clientlib/clienttest"
 	"github.com/troupe-cluster/troupe/controllers/job"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 	"github.com/troupe-cluster/troupe/schedulers/profiles"
@@ -33,20 +33,8 @@ func startCell(t *testing.T) *cell {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	t.Cleanup(cancel)
-	lc, err := localcell.Start(ctx, localcell.Config{Dir: t.TempDir(), Replicas: 1, Shards: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lc.Close() })
-	newClient := func() *clientlib.Client {
-		c, err := clientlib.New(clientlib.DefaultConfig(lc.Endpoints()...))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	c := newClient()
+	lc := clienttest.Start(ctx, t)
+	c := lc.Client()
 	for i := range 2 {
 		if _, err := clientlib.Create(ctx, c, clientlib.Machines, &troupev1.Machine{Metadata: &troupev1.ObjectMeta{Name: fmt.Sprintf("m%d", i)},
 			Spec: &troupev1.MachineSpec{Capacity: map[string]int64{"cpu": 4000, "memory": 1 << 30}}}); err != nil {
@@ -58,14 +46,14 @@ func startCell(t *testing.T) *cell {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, err := scheduler.New(newClient(), scheduler.Config{Name: kind + "-0", Kind: kind, Profile: prof, Modes: modes,
+		s, err := scheduler.New(lc.Client(), scheduler.Config{Name: kind + "-0", Kind: kind, Profile: prof, Modes: modes,
 			MaxAttempts: 3, Backoff: 50 * time.Millisecond, Now: time.Now, Logger: zap.NewNop()})
 		if err != nil {
 			t.Fatal(err)
 		}
 		go s.Run(ctx)
 	}
-	cl := newClient()
+	cl := lc.Client()
 	events, err := clientlib.NewEventRecorder(cl, clientlib.DefaultEventRecorderConfig("job-controller"))
 	if err != nil {
 		t.Fatal(err)

@@ -10,8 +10,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/troupe-cluster/troupe/cellstore/localcell"
 	"github.com/troupe-cluster/troupe/clientlib"
+	"github.com/troupe-cluster/troupe/clientlib/clienttest"
 	"github.com/troupe-cluster/troupe/controllers/node"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 	"github.com/troupe-cluster/troupe/schedulers/framework"
@@ -22,16 +22,7 @@ import (
 func TestLeaseExpiry(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	lc, err := localcell.Start(ctx, localcell.Config{Dir: t.TempDir(), Replicas: 1, Shards: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lc.Close()
-	c, err := clientlib.New(clientlib.DefaultConfig(lc.Endpoints()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := clienttest.Start(ctx, t).Client()
 	start := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
 	var clock atomic.Int64
 	clock.Store(start.UnixNano())

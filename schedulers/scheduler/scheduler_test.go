@@ -15,22 +15,12 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/troupe-cluster/troupe/cellstore/localcell"
 	"github.com/troupe-cluster/troupe/clientlib"
+	"github.com/troupe-cluster/troupe/clientlib/clienttest"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 	"github.com/troupe-cluster/troupe/schedulers/profiles"
 	"github.com/troupe-cluster/troupe/schedulers/scheduler"
 )
-
-func newClient(t *testing.T, c *localcell.Cell) *clientlib.Client {
-	t.Helper()
-	cl, err := clientlib.New(clientlib.DefaultConfig(c.Endpoints()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cl.Close() })
-	return cl
-}
 
 // Two batch schedulers compete for the same 300 tasks on 20 machines:
 // every task is placed, no machine is over capacity, and the counters
@@ -38,12 +28,8 @@ func newClient(t *testing.T, c *localcell.Cell) *clientlib.Client {
 func TestCompetingBatchSchedulers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	cell, err := localcell.Start(ctx, localcell.Config{Dir: t.TempDir(), Replicas: 1, Shards: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cell.Close()
-	admin := newClient(t, cell)
+	cell := clienttest.Start(ctx, t)
+	admin := cell.Client()
 	const machines, tasks = 20, 300
 	for i := range machines {
 		if _, err := clientlib.Create(ctx, admin, clientlib.Machines, &troupev1.Machine{Metadata: &troupev1.ObjectMeta{Name: fmt.Sprintf("m%02d", i)},
@@ -62,7 +48,7 @@ func TestCompetingBatchSchedulers(t *testing.T) {
 			t.Fatal(err)
 		}
 		go events.Run(ctx)
-		s, err := scheduler.New(newClient(t, cell), scheduler.Config{Name: "batch-" + strconv.Itoa(i), Kind: profiles.Batch,
+		s, err := scheduler.New(cell.Client(), scheduler.Config{Name: "batch-" + strconv.Itoa(i), Kind: profiles.Batch,
 			Profile: prof, Modes: modes, MaxAttempts: 5, Backoff: 50 * time.Millisecond, PublishInterval: 20 * time.Millisecond,
 			Events: events, Now: time.Now, Logger: zap.NewNop()})
 		if err != nil {

@@ -5,15 +5,14 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/troupe-cluster/troupe/cellstore/localcell"
 	"github.com/troupe-cluster/troupe/clientlib"
+	"github.com/troupe-cluster/troupe/clientlib/clienttest"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 )
 
@@ -27,17 +26,9 @@ func TestAgentHollow(t *testing.T) {
 	bin := buildTroupe(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	lc, err := localcell.Start(ctx, localcell.Config{Dir: t.TempDir(), Replicas: 1, Shards: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lc.Close()
-	c, err := clientlib.New(clientlib.DefaultConfig(lc.Endpoints()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	agent := exec.Command(bin, "agent", "--store", strings.Join(lc.Endpoints(), ","), "--machine", "rack1",
+	lc := clienttest.Start(ctx, t)
+	c := lc.Client()
+	agent := exec.Command(bin, "agent", "--store", lc.Store(), "--machine", "rack1",
 		"--hollow", "3", "--capacity", "cpu=8000,memory=16Gi", "--labels", "zone=z1")
 	agent.Stdout, agent.Stderr = os.Stderr, os.Stderr
 	if err := agent.Start(); err != nil {

@@ -8,15 +8,14 @@ import (
 	"net/http"
 	"os/exec"
 	"regexp"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/troupe-cluster/troupe/cellstore/localcell"
 	"github.com/troupe-cluster/troupe/clientlib"
+	"github.com/troupe-cluster/troupe/clientlib/clienttest"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 )
 
@@ -31,17 +30,9 @@ func TestRoleProcesses(t *testing.T) {
 	bin := buildTroupe(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
-	lc, err := localcell.Start(ctx, localcell.Config{Dir: t.TempDir(), Replicas: 1, Shards: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lc.Close()
-	c, err := clientlib.New(clientlib.DefaultConfig(lc.Endpoints()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	store := strings.Join(lc.Endpoints(), ",")
+	lc := clienttest.Start(ctx, t)
+	c := lc.Client()
+	store := lc.Store()
 	start := func(args ...string) io.Reader {
 		cmd := exec.Command(bin, args...)
 		out, err := cmd.StdoutPipe()

@@ -1,0 +1,55 @@
+// Package clienttest starts what tests of cell roles (schedulers,
+// controllers, agents, the troupe commands) need: a one-node store in this
+// process, and clients of it, in the way net/http/httptest starts servers.
+//
+//	cell := clienttest.Start(ctx, t) // stopped when the test ends
+//	c := cell.Client()               // closed when the test ends, before the cell
+//
+// Both stop through t.Cleanup, which runs last in first out: the clients
+// close before the store they use. Start and Client end the test on
+// failure, so call them from the test's goroutine.
+package clienttest
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/troupe-cluster/troupe/cellstore/localcell"
+	"github.com/troupe-cluster/troupe/clientlib"
+)
+
+// Cell is a one-node, one-shard store running in this process for a test.
+// The embedded localcell.Cell gives its endpoints and nodes.
+type Cell struct {
+	*localcell.Cell
+	t testing.TB
+}
+
+// Start starts a one-node, one-shard store under t.TempDir() and waits
+// until it has a leader, or ctx ends. The store stops when the test ends.
+func Start(ctx context.Context, t testing.TB) *Cell {
+	t.Helper()
+	lc, err := localcell.Start(ctx, localcell.Config{Dir: t.TempDir(), Replicas: 1, Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lc.Close() })
+	return &Cell{Cell: lc, t: t}
+}
+
+// Client returns a new client of the cell, with the default configuration,
+// closed when the test that started the cell ends.
+func (c *Cell) Client() *clientlib.Client {
+	c.t.Helper()
+	cl, err := clientlib.New(clientlib.DefaultConfig(c.Endpoints()...))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
+// Store returns the gRPC addresses of the cell's running nodes joined with
+// commas, as a --store flag takes them.
+func (c *Cell) Store() string { return strings.Join(c.Endpoints(), ",") }
