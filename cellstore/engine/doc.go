@@ -16,10 +16,14 @@
 //	l<rev:8 BE>         change log: the ChangeSet of each revision
 //	t<txn id>           remembered outcome of a txn_id (TxnRecord)
 //	x<expiry:8 BE><id>  expiry index of remembered outcomes
-//	m<name>             shard metadata: revision, log start, clock
+//	i<key>              intents of cross-shard transactions on a key (IntentSet)
+//	p<txn id>           a cross-shard transaction prepared here (Prepared)
+//	q<deadline:8 BE><id> prepared transactions by deadline, for recovery
+//	m<name>             shard metadata: revision, log start, clock, prepared count
 //
 // A shard's revision counts the proposals that wrote at least one key; a
 // key's version is the revision that last wrote it. Groups of one proposal
 // apply in order, each seeing the writes of the groups before it; all writes
-// of one proposal share one revision.
+// of one proposal share one revision. Cross-shard transactions prepare,
+// decide and resolve in three kinds of proposals: see twophase.go.
 package engine

@@ -42,6 +42,8 @@ type applier struct {
 	rev       uint64 // revision the proposal's writes get
 	committed map[string]pending
 	order     []string // keys of committed, in first-write order
+	// intents read so far, by key (only when transactions are prepared).
+	intents map[string]*storev1.IntentSet
 }
 
 // Apply applies proposal p to the shard state in st and returns the outcome.
@@ -56,6 +58,14 @@ func Apply(st Storage, p *storev1.Proposal) (*Result, error) {
 	if err := expireTxns(st, now); err != nil {
 		return nil, err
 	}
+	switch p.GetPhase() {
+	case storev1.Phase_PHASE_PREPARE:
+		return prepare(st, p, now)
+	case storev1.Phase_PHASE_DECIDE:
+		return decide(st, p, now)
+	case storev1.Phase_PHASE_RESOLVE:
+		return resolve(st, p, now)
+	}
 	if rec, err := lookupTxn(st, p.GetTxnId(), now); err != nil {
 		return nil, err
 	} else if rec != nil {
@@ -68,11 +78,23 @@ func Apply(st Storage, p *storev1.Proposal) (*Result, error) {
 	a := &applier{st: st, rev: rev + 1, committed: map[string]pending{}}
 	out := &storev1.Outcome{GroupIndexes: p.GetGroupIndexes(), Revision: rev}
 	out.Groups = make([]*storev1.GroupResult, len(p.GetGroups()))
+	prepared, err := readMeta(st, metaPrepared)
+	if err != nil {
+		return nil, err
+	}
 	failed := false
 	for i, g := range p.GetGroups() {
-		overlay, f, err := a.evaluate(g)
-		if err != nil {
-			return nil, err
+		var f *storev1.Failure
+		if prepared > 0 { // intents exist somewhere on the shard
+			if f, err = a.checkIntents(nil, g); err != nil {
+				return nil, err
+			}
+		}
+		var overlay map[string]pending
+		if f == nil {
+			if overlay, f, err = a.evaluate(g); err != nil {
+				return nil, err
+			}
 		}
 		if f != nil {
 			out.Groups[i] = &storev1.GroupResult{Failure: f}

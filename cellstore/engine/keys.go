@@ -13,12 +13,16 @@ const (
 	prefixTxn      = 't'
 	prefixExpiry   = 'x'
 	prefixMeta     = 'm'
+	prefixIntent   = 'i'
+	prefixPrepared = 'p'
+	prefixDeadline = 'q'
 	metaRevision   = "mrev"
 	metaLogStart   = "mlogstart"
 	metaClock      = "mclock"
 	metaAppliedIx  = "mapplied"
 	metaExpiryLow  = "mexpirylow"  // expiry index entries below this are gone
 	metaExpiryNext = "mexpirynext" // proposal time of the next expiry scan
+	metaPrepared   = "mprepared"   // cross-shard transactions prepared here and not resolved
 )
 
 // Prefixes of the storage key families, for storage layers that index

@@ -1,0 +1,489 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"google.golang.org/protobuf/proto"
+
+	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
+)
+
+// Cross-shard transactions commit in two phases, driven by the store node
+// that received the request (see the node package):
+//
+//  1. PREPARE on every participant shard: each group part is checked as
+//     an APPLY would (conditions, bounds) against committed state, and on
+//     success leaves intents on the keys it reads and writes; nothing
+//     becomes visible and the revision does not move. A Prepared record
+//     remembers the transaction, its keys and a deadline.
+//  2. DECIDE on the coordinator (the first participant): the first
+//     decision recorded for the txn_id wins, so a driver and a recovering
+//     leader that races it (proposing abort) agree. The decision is kept
+//     as the txn_id's remembered outcome, which also makes retries of the
+//     request exactly-once.
+//  3. RESOLVE on every participant: the intents of the committed groups
+//     are applied at a new revision, the others dropped.
+//
+// Intents never block: an access that meets an incompatible intent fails
+// at once with FAILURE_REASON_INTENT, naming the key. Reads of a key are
+// compatible with each other, and so are counter adds, which reserve
+// their delta: an add prepares only if its counter stays within the
+// bounds of every add reserved on it whichever of them commit, so two
+// concurrent prepares that both fit both succeed, and committing any
+// subset of them never leaves a bound.
+
+// intentKey is the storage key of the intents on user key k.
+func intentKey(k string) []byte {
+	b := make([]byte, 0, len(k)+1)
+	b = append(b, prefixIntent)
+	return append(b, k...)
+}
+
+func preparedKey(id string) []byte {
+	b := make([]byte, 0, len(id)+1)
+	b = append(b, prefixPrepared)
+	return append(b, id...)
+}
+
+// deadlineKey indexes prepared transactions by deadline, for recovery.
+func deadlineKey(deadline int64, id string) []byte {
+	b := make([]byte, 9, 9+len(id))
+	b[0] = prefixDeadline
+	binary.BigEndian.PutUint64(b[1:], uint64(deadline))
+	return append(b, id...)
+}
+
+// intents returns the intents on key k.
+func intents(st Storage, k string) (*storev1.IntentSet, error) {
+	set := &storev1.IntentSet{}
+	b, err := st.Get(intentKey(k))
+	if err != nil || b == nil {
+		return set, err
+	}
+	return set, proto.Unmarshal(b, set)
+}
+
+func putIntents(st Storage, k string, set *storev1.IntentSet) error {
+	if len(set.GetIntents()) == 0 {
+		return st.Delete(intentKey(k))
+	}
+	b, err := proto.Marshal(set)
+	if err != nil {
+		return err
+	}
+	return st.Set(intentKey(k), b)
+}
+
+// access is how a group touches a key: read (a condition), write (put or
+// delete) or add.
+type access int
+
+const (
+	accessRead access = iota
+	accessWrite
+	accessAdd
+)
+
+func accessOf(in *storev1.Intent) access {
+	switch in.GetOp().GetOp().(type) {
+	case nil:
+		return accessRead
+	case *storev1.Op_Add:
+		return accessAdd
+	default:
+		return accessWrite
+	}
+}
+
+// blocking returns the first intent on k, of another transaction than
+// txn (empty: an APPLY, which has no intents of its own), that an access
+// of kind a may not pass: reads pass reads, adds pass adds (their bounds
+// are checked apart), nothing passes a write.
+func blocking(set *storev1.IntentSet, a access) *storev1.Intent {
+	for _, in := range set.GetIntents() {
+		ia := accessOf(in)
+		if ia == a && a != accessWrite {
+			continue
+		}
+		return in
+	}
+	return nil
+}
+
+func intentFailure(k string, in *storev1.Intent) *storev1.Failure {
+	return &storev1.Failure{
+		Reason:  storev1.FailureReason_FAILURE_REASON_INTENT,
+		Key:     k,
+		Message: fmt.Sprintf("%q is held by cross-shard transaction %q in progress", k, in.GetTxnId()),
+	}
+}
+
+// checkIntents fails a group of an APPLY or a PREPARE that accesses a key
+// held by an incompatible intent, and checks that adds keep every counter
+// within the bounds of the adds reserved on it. pending tells what the
+// proposal has written so far, for the counters' current values.
+func (a *applier) checkIntents(overlay map[string]pending, g *storev1.Group) (*storev1.Failure, error) {
+	for _, c := range g.GetConditions() {
+		if f, err := a.checkKey(overlay, c.GetKey(), accessRead, nil); f != nil || err != nil {
+			return f, err
+		}
+	}
+	for _, op := range g.GetOps() {
+		k, acc := opKey(op)
+		var add *storev1.Add
+		if acc == accessAdd {
+			add = op.GetAdd()
+		}
+		if f, err := a.checkKey(overlay, k, acc, add); f != nil || err != nil {
+			return f, err
+		}
+	}
+	return nil, nil
+}
+
+// checkKey checks one access to k against the intents on it.
+func (a *applier) checkKey(overlay map[string]pending, k string, acc access, add *storev1.Add) (*storev1.Failure, error) {
+	set, err := a.intentsOf(k)
+	if err != nil || len(set.GetIntents()) == 0 {
+		return nil, err
+	}
+	if in := blocking(set, acc); in != nil {
+		return intentFailure(k, in), nil
+	}
+	if add == nil {
+		return nil, nil
+	}
+	value, version, exists, err := a.current(overlay, k)
+	if err != nil {
+		return nil, err
+	}
+	var cur int64
+	if exists {
+		if cur, err = strconv.ParseInt(string(value), 10, 64); err != nil {
+			return nil, nil // the add itself reports NOT_A_COUNTER
+		}
+	}
+	if !reservationsFit(cur, append(reservedAdds(set), add)) {
+		return &storev1.Failure{
+			Reason:         storev1.FailureReason_FAILURE_REASON_BOUND_EXCEEDED,
+			Key:            k,
+			CurrentVersion: version,
+			Message:        fmt.Sprintf("counter %q is %d with adds reserved by cross-shard transactions in progress; adding %d could leave a bound", k, cur, add.GetDelta()),
+		}, nil
+	}
+	return nil, nil
+}
+
+// intentsOf returns the intents on k, read once per proposal.
+func (a *applier) intentsOf(k string) (*storev1.IntentSet, error) {
+	if set, ok := a.intents[k]; ok {
+		return set, nil
+	}
+	set, err := intents(a.st, k)
+	if err != nil {
+		return nil, err
+	}
+	if a.intents == nil {
+		a.intents = map[string]*storev1.IntentSet{}
+	}
+	a.intents[k] = set
+	return set, nil
+}
+
+func reservedAdds(set *storev1.IntentSet) []*storev1.Add {
+	var out []*storev1.Add
+	for _, in := range set.GetIntents() {
+		if add := in.GetOp().GetAdd(); add != nil {
+			out = append(out, add)
+		}
+	}
+	return out
+}
+
+// reservationsFit reports whether, from value cur, every add stays within
+// its own bounds whichever of the others have been applied before it: at
+// worst all the others that raise the counter, or all that lower it.
+func reservationsFit(cur int64, adds []*storev1.Add) bool {
+	var up, down int64
+	for _, x := range adds {
+		if d := x.GetDelta(); d > 0 {
+			up += d
+		} else {
+			down += d
+		}
+	}
+	for _, x := range adds {
+		d := x.GetDelta()
+		hi, lo := cur+up, cur+down // with x and every other raise (or lowering)
+		if d <= 0 {
+			hi += d // x lowers: the highest result has x and all raises
+		} else {
+			lo += d
+		}
+		if hi > x.GetMax() || lo < x.GetMin() {
+			return false
+		}
+	}
+	return true
+}
+
+func opKey(op *storev1.Op) (string, access) {
+	switch o := op.GetOp().(type) {
+	case *storev1.Op_Put:
+		return o.Put.GetKey(), accessWrite
+	case *storev1.Op_Delete:
+		return o.Delete.GetKey(), accessWrite
+	case *storev1.Op_Add:
+		return o.Add.GetKey(), accessAdd
+	}
+	return "", accessWrite
+}
+
+// prepare evaluates each group part of p and leaves intents for those
+// that pass; it writes no user data. A repeated PREPARE of the same
+// transaction returns the first one's outcome.
+func prepare(st Storage, p *storev1.Proposal, now int64) (*Result, error) {
+	if rec, err := lookupPrepared(st, p.GetTxnId()); err != nil {
+		return nil, err
+	} else if rec != nil {
+		if rec.GetRequestHash() != p.GetRequestHash() {
+			return &Result{Outcome: remembered(&storev1.TxnRecord{RequestHash: rec.GetRequestHash()}, p)}, nil
+		}
+		out := proto.Clone(rec.GetOutcome()).(*storev1.Outcome)
+		out.Duplicate = true
+		return &Result{Outcome: out}, nil
+	}
+	if rec, err := lookupTxn(st, p.GetTxnId(), now); err != nil {
+		return nil, err
+	} else if rec != nil { // decided and resolved here already
+		return &Result{Outcome: remembered(rec, p)}, nil
+	}
+	rev, err := readMeta(st, metaRevision)
+	if err != nil {
+		return nil, err
+	}
+	a := &applier{st: st, rev: rev + 1, committed: map[string]pending{}}
+	out := &storev1.Outcome{GroupIndexes: p.GetGroupIndexes(), Revision: rev, Groups: make([]*storev1.GroupResult, len(p.GetGroups()))}
+	var keys []string
+	for i, g := range p.GetGroups() {
+		f, err := a.checkIntents(nil, g)
+		if err != nil {
+			return nil, err
+		}
+		if f == nil {
+			_, f, err = a.evaluate(g)
+			if err != nil {
+				return nil, err
+			}
+		}
+		if f != nil {
+			out.Groups[i] = &storev1.GroupResult{Failure: f}
+			continue
+		}
+		out.Groups[i] = &storev1.GroupResult{Committed: true}
+		keys = append(keys, a.addIntents(p.GetTxnId(), p.GetGroupIndexes()[i], g)...)
+	}
+	if p.GetAtomic() && slices.ContainsFunc(out.Groups, func(g *storev1.GroupResult) bool { return !g.Committed }) {
+		abortAll(out.Groups)
+		a.intents, keys = nil, nil
+	}
+	for _, k := range keys {
+		if err := putIntents(st, k, a.intents[k]); err != nil {
+			return nil, err
+		}
+	}
+	rec := &storev1.Prepared{Coordinator: p.GetCoordinator(), Participants: p.GetParticipants(),
+		DeadlineUnixNanos: p.GetDeadlineUnixNanos(), Keys: keys, Outcome: out, RequestHash: p.GetRequestHash()}
+	b, err := proto.Marshal(rec)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.Set(preparedKey(p.GetTxnId()), b); err != nil {
+		return nil, err
+	}
+	if err := st.Set(deadlineKey(p.GetDeadlineUnixNanos(), p.GetTxnId()), nil); err != nil {
+		return nil, err
+	}
+	return &Result{Outcome: out}, addPrepared(st, 1)
+}
+
+// addPrepared counts the transactions prepared and not yet resolved on
+// the shard: while there are none, APPLYs need not look for intents.
+func addPrepared(st Storage, delta int64) error {
+	n, err := readMeta(st, metaPrepared)
+	if err != nil {
+		return err
+	}
+	return st.Set([]byte(metaPrepared), EncodeUint64(uint64(int64(n)+delta)))
+}
+
+// addIntents records group g's intents in a.intents and returns the keys
+// that gained one (each once).
+func (a *applier) addIntents(txn string, group uint32, g *storev1.Group) []string {
+	var keys []string
+	add := func(k string, op *storev1.Op) {
+		set := a.intents[k] // checkIntents read every key of the group
+		if !slices.ContainsFunc(set.Intents, func(in *storev1.Intent) bool { return in.GetTxnId() == txn }) {
+			keys = append(keys, k)
+		}
+		set.Intents = append(set.Intents, &storev1.Intent{TxnId: txn, GroupIndex: group, Op: op})
+	}
+	for _, c := range g.GetConditions() {
+		add(c.GetKey(), nil)
+	}
+	for _, op := range g.GetOps() {
+		k, _ := opKey(op)
+		add(k, op)
+	}
+	return keys
+}
+
+func lookupPrepared(st Storage, id string) (*storev1.Prepared, error) {
+	b, err := st.Get(preparedKey(id))
+	if err != nil || b == nil {
+		return nil, err
+	}
+	rec := &storev1.Prepared{}
+	return rec, proto.Unmarshal(b, rec)
+}
+
+// decide records p's decision for its transaction, unless one is recorded
+// already; the outcome says which: the remembered reply of the request.
+func decide(st Storage, p *storev1.Proposal, now int64) (*Result, error) {
+	if rec, err := lookupTxn(st, p.GetTxnId(), now); err != nil {
+		return nil, err
+	} else if rec != nil {
+		return &Result{Outcome: rec.GetOutcome()}, nil
+	}
+	out := p.GetOutcome()
+	if out == nil {
+		out = &storev1.Outcome{}
+	}
+	return &Result{Outcome: out}, rememberTxn(st, p, out, now)
+}
+
+// resolve applies the intents of p's transaction on this shard as its
+// decision says, at a new revision, and forgets the transaction. A
+// repeated RESOLVE finds nothing left to do.
+func resolve(st Storage, p *storev1.Proposal, now int64) (*Result, error) {
+	rev, err := readMeta(st, metaRevision)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := lookupPrepared(st, p.GetTxnId())
+	if err != nil || rec == nil {
+		return &Result{Outcome: &storev1.Outcome{Revision: rev}}, err
+	}
+	commit := map[uint32]bool{}
+	for _, g := range p.GetDecision().GetCommittedGroups() {
+		commit[g] = true
+	}
+	a := &applier{st: st, rev: rev + 1, committed: map[string]pending{}}
+	// Apply in group order, as an APPLY would, each key's intents in the
+	// order they were prepared.
+	type write struct {
+		group uint32
+		op    *storev1.Op
+	}
+	var writes []write
+	for _, k := range rec.GetKeys() {
+		set, err := intents(st, k)
+		if err != nil {
+			return nil, err
+		}
+		kept := set.Intents[:0]
+		for _, in := range set.GetIntents() {
+			if in.GetTxnId() != p.GetTxnId() {
+				kept = append(kept, in)
+				continue
+			}
+			if in.GetOp() != nil && commit[in.GetGroupIndex()] {
+				writes = append(writes, write{in.GetGroupIndex(), in.GetOp()})
+			}
+		}
+		set.Intents = kept
+		if err := putIntents(st, k, set); err != nil {
+			return nil, err
+		}
+	}
+	slices.SortStableFunc(writes, func(x, y write) int { return int(x.group) - int(y.group) })
+	var groups [][]write
+	for i, w := range writes {
+		if i == 0 || w.group != writes[i-1].group {
+			groups = append(groups, nil)
+		}
+		groups[len(groups)-1] = append(groups[len(groups)-1], w)
+	}
+	for _, ws := range groups {
+		g := &storev1.Group{}
+		for _, w := range ws {
+			g.Ops = append(g.Ops, w.op)
+		}
+		// Intents keep what a group prepared on from changing, and
+		// reservations keep its adds within bounds, so the group applies;
+		// if it did not, every replica would drop it alike.
+		overlay, f, err := a.evaluate(g)
+		if err != nil {
+			return nil, err
+		}
+		if f == nil {
+			a.merge(overlay)
+		}
+	}
+	if err := st.Delete(preparedKey(p.GetTxnId())); err != nil {
+		return nil, err
+	}
+	if err := st.Delete(deadlineKey(rec.GetDeadlineUnixNanos(), p.GetTxnId())); err != nil {
+		return nil, err
+	}
+	if err := addPrepared(st, -1); err != nil {
+		return nil, err
+	}
+	// Remember the request's outcome here too, so that a retry of the
+	// request meeting this shard again is not prepared a second time.
+	if known, err := lookupTxn(st, p.GetTxnId(), now); err != nil {
+		return nil, err
+	} else if known == nil {
+		out := p.GetOutcome()
+		if out == nil {
+			out = &storev1.Outcome{}
+		}
+		if err := rememberTxn(st, p, out, now); err != nil {
+			return nil, err
+		}
+	}
+	res := &Result{Outcome: &storev1.Outcome{Revision: rev}}
+	if res.Changes, err = a.write(p.GetLogRetention()); err != nil {
+		return nil, err
+	}
+	if res.Changes != nil {
+		res.Outcome.Revision = a.rev
+	}
+	return res, nil
+}
+
+// Overdue returns up to limit transactions prepared on this shard whose
+// deadline has passed at the shard's clock now, oldest first, with their
+// records: a leader resolves them from their coordinator's decision.
+func Overdue(st Storage, now int64, limit int) (ids []string, recs []*storev1.Prepared, err error) {
+	var keys [][]byte
+	err = st.Scan(deadlineKey(0, ""), deadlineKey(now+1, ""), func(k, _ []byte) bool {
+		keys = append(keys, bytes.Clone(k))
+		return len(keys) < limit
+	})
+	for _, k := range keys {
+		id := string(k[9:])
+		rec, err := lookupPrepared(st, id)
+		if err != nil {
+			return nil, nil, err
+		}
+		if rec != nil {
+			ids, recs = append(ids, id), append(recs, rec)
+		}
+	}
+	return ids, recs, err
+}
