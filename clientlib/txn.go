@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/troupe-cluster/troupe/cellstore/keyspace"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -165,7 +166,8 @@ func (t *Txn) Commit(ctx context.Context) (*Outcome, error) {
 	}
 	out := &Outcome{Duplicate: resp.GetDuplicate(), Groups: make([]GroupOutcome, len(t.groups))}
 	for i, g := range resp.GetGroups() {
-		out.Groups[i] = GroupOutcome{Committed: g.GetCommitted(), Revision: g.GetRevision(), Shard: g.GetShard()}
+		out.Groups[i] = GroupOutcome{Committed: g.GetCommitted(), Revision: g.GetRevision(), Shard: g.GetShard(),
+			shardRevisions: g.GetShardRevisions(), router: keyspace.NewRouter(resp.GetShardCount())}
 		if f := g.GetFailure(); f != nil {
 			out.Groups[i].Conflict = &Conflict{Group: i, Reason: f.GetReason(), Key: f.GetKey(), CurrentVersion: f.GetCurrentVersion(), Message: f.GetMessage()}
 		}
@@ -184,11 +186,24 @@ type Outcome struct {
 // GroupOutcome is the result of one group.
 type GroupOutcome struct {
 	Committed bool
-	// Revision is the shard revision the group committed at.
+	// Revision is the shard revision the group committed at (its first
+	// shard's, when it spans shards: see VersionOf).
 	Revision uint64
 	Shard    uint32
 	// Conflict says why the group did not commit.
 	Conflict *Conflict
+
+	shardRevisions map[uint32]uint64
+	router         keyspace.Router
+}
+
+// VersionOf returns the version key has after the committed group wrote
+// it: the revision the group committed at on key's shard.
+func (g GroupOutcome) VersionOf(key string) uint64 {
+	if rev, ok := g.shardRevisions[g.router.Shard(key)]; ok {
+		return rev
+	}
+	return g.Revision
 }
 
 // Committed reports whether every group committed.

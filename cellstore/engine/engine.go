@@ -105,7 +105,7 @@ func Apply(st Storage, p *storev1.Proposal) (*Result, error) {
 		out.Groups[i] = &storev1.GroupResult{Committed: true}
 	}
 	if p.GetAtomic() && failed {
-		abortAll(out.Groups)
+		AbortAll(out.Groups)
 		a.committed, a.order = nil, nil
 	}
 	res := &Result{Outcome: out}
@@ -126,9 +126,9 @@ func Apply(st Storage, p *storev1.Proposal) (*Result, error) {
 	return res, nil
 }
 
-// abortAll marks every committed-looking group of a failed atomic request
+// AbortAll marks every committed-looking group of a failed atomic request
 // as aborted.
-func abortAll(groups []*storev1.GroupResult) {
+func AbortAll(groups []*storev1.GroupResult) {
 	for i, g := range groups {
 		if g.Committed {
 			groups[i] = &storev1.GroupResult{Failure: Aborted()}

@@ -288,7 +288,7 @@ func prepare(st Storage, p *storev1.Proposal, now int64) (*Result, error) {
 		keys = append(keys, a.addIntents(p.GetTxnId(), p.GetGroupIndexes()[i], g)...)
 	}
 	if p.GetAtomic() && slices.ContainsFunc(out.Groups, func(g *storev1.GroupResult) bool { return !g.Committed }) {
-		abortAll(out.Groups)
+		AbortAll(out.Groups)
 		a.intents, keys = nil, nil
 	}
 	for _, k := range keys {
@@ -357,7 +357,9 @@ func decide(st Storage, p *storev1.Proposal, now int64) (*Result, error) {
 	if rec, err := lookupTxn(st, p.GetTxnId(), now); err != nil {
 		return nil, err
 	} else if rec != nil {
-		return &Result{Outcome: rec.GetOutcome()}, nil
+		out := proto.Clone(rec.GetOutcome()).(*storev1.Outcome)
+		out.Duplicate = true
+		return &Result{Outcome: out}, nil
 	}
 	out := p.GetOutcome()
 	if out == nil {

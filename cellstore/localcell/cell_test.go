@@ -35,6 +35,7 @@ func TestCellAPI(t *testing.T) {
 	t.Run("CommitAnywhereReadEverywhere", func(t *testing.T) { testCommitAnywhereReadEverywhere(t, c) })
 	t.Run("ExactlyOnce", func(t *testing.T) { testExactlyOnce(t, c) })
 	t.Run("Errors", func(t *testing.T) { testErrors(t, c) })
+	t.Run("CrossShard", func(t *testing.T) { testCrossShard(t, c) })
 	t.Run("ProgressNotifications", func(t *testing.T) { testProgressNotifications(t, c) })
 	t.Run("WatchFromRangeCursor", func(t *testing.T) { testWatchFromRangeCursor(t, c) })
 }
@@ -255,6 +256,35 @@ func testExactlyOnce(t *testing.T, c *testCell) {
 	}
 }
 
+// A group spanning both shards, sent to a follower of both, commits on
+// both (every replica then reads it), and an atomic request across the
+// shards with a failing group writes nothing.
+func testCrossShard(t *testing.T, c *testCell) {
+	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+	defer cancel()
+	a, b := c.keyOnShard("/machines/xa%d", 0), c.keyOnShard("/machines/xb%d", 1)
+	resp := c.commit(ctx, 2, &storev1.CommitRequest{TxnId: c.txnID(), Groups: []*storev1.Group{group(putOp(a, "A"), putOp(b, "B"))}})
+	g := resp.GetGroups()[0]
+	if !g.GetCommitted() || len(g.GetShardRevisions()) != 2 {
+		t.Fatalf("cross-shard group: %v", g)
+	}
+	for i := range 3 {
+		if ga, gb := c.get(ctx, i, a, false), c.get(ctx, i, b, false); string(ga.GetKv().GetValue()) != "A" || string(gb.GetKv().GetValue()) != "B" ||
+			ga.GetKv().GetVersion() != g.GetShardRevisions()[0] || gb.GetKv().GetVersion() != g.GetShardRevisions()[1] {
+			t.Fatalf("node %d reads %v and %v after %v", i, ga.GetKv(), gb.GetKv(), g)
+		}
+	}
+	resp = c.commit(ctx, 0, &storev1.CommitRequest{TxnId: c.txnID(), Atomic: true, Groups: []*storev1.Group{
+		group(putOp(a, "atomic")), {Conditions: []*storev1.Condition{{Key: b, Version: 1 << 40}}, Ops: []*storev1.Op{putOp(b, "atomic")}}}})
+	if resp.GetGroups()[0].GetFailure().GetReason() != storev1.FailureReason_FAILURE_REASON_ABORTED ||
+		resp.GetGroups()[1].GetFailure().GetReason() != storev1.FailureReason_FAILURE_REASON_VERSION_MISMATCH {
+		t.Fatalf("atomic request across shards: %v", resp)
+	}
+	if ga := c.get(ctx, 1, a, false); string(ga.GetKv().GetValue()) != "A" {
+		t.Fatalf("%s after the aborted request: %v", a, ga.GetKv())
+	}
+}
+
 // Malformed and refused requests come back with their gRPC codes; an
 // oversize value fails its own group only.
 func testErrors(t *testing.T, c *testCell) {
@@ -277,12 +307,6 @@ func testErrors(t *testing.T, c *testCell) {
 		}
 	}
 
-	expectCode("group spanning two shards", codes.FailedPrecondition, &storev1.CommitRequest{TxnId: c.txnID(),
-		Groups: []*storev1.Group{group(putOp(a, "1"), putOp(b, "1"))}})
-	expectCode("condition and op on two shards", codes.FailedPrecondition, &storev1.CommitRequest{TxnId: c.txnID(),
-		Groups: []*storev1.Group{{Conditions: []*storev1.Condition{{Key: b}}, Ops: []*storev1.Op{putOp(a, "1")}}}})
-	expectCode("atomic request across shards", codes.FailedPrecondition, &storev1.CommitRequest{TxnId: c.txnID(), Atomic: true,
-		Groups: []*storev1.Group{group(putOp(a, "1")), group(putOp(b, "1"))}})
 	expectCode("empty txn_id", codes.InvalidArgument, &storev1.CommitRequest{Groups: []*storev1.Group{group(putOp(a, "1"))}})
 	expectCode("no groups", codes.InvalidArgument, &storev1.CommitRequest{TxnId: c.txnID()})
 	expectCode("empty key", codes.InvalidArgument, &storev1.CommitRequest{TxnId: c.txnID(), Groups: []*storev1.Group{group(putOp("", "1"))}})

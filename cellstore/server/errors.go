@@ -10,7 +10,6 @@ import (
 var (
 	errEmptyTxnID      = status.Error(codes.InvalidArgument, "commit: txn_id is required")
 	errNoGroups        = status.Error(codes.InvalidArgument, "commit: request has no groups")
-	errCrossShard      = codes.FailedPrecondition // cross-shard groups are not supported yet
 	errInvalid         = codes.InvalidArgument
 	errOverloaded      = status.Error(codes.ResourceExhausted, "store node overloaded: too many proposals in flight; retry with backoff")
 	errCompactedCode   = codes.OutOfRange

@@ -1,7 +1,9 @@
 package server
 
 import (
+	"slices"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -65,12 +67,23 @@ func FuzzCommitRequest(f *testing.F) {
 		if len(failures) != len(req.GetGroups()) {
 			t.Fatalf("%d failures for %d groups", len(failures), len(req.GetGroups()))
 		}
-		shardOf, err := s.route(req)
-		if err != nil {
-			return
+		shardsOf := s.route(req)
+		shardOf := make([]uint32, len(shardsOf))
+		for i, shards := range shardsOf {
+			if len(shards) > 0 {
+				shardOf[i] = shards[0]
+			}
 		}
+		cross := crossShardGroups(req, shardsOf, failures)
 		seen := make([]bool, len(req.GetGroups()))
-		for _, sp := range s.proposals(req, shardOf, failures) {
+		props := s.proposals(req, shardOf, func(gi int) bool { return failures[gi] == nil && !slices.Contains(cross, gi) }, requestHash(req), time.Unix(1, 0))
+		if len(cross) > 0 {
+			x := s.newCrossShard(req, cross, requestHash(req), time.Unix(1, 0))
+			for _, sh := range x.participants {
+				props = append(props, shardProposal{shard: sh, p: x.parts[sh]})
+			}
+		}
+		for _, sp := range props {
 			for _, g := range sp.p.GetGroups() {
 				for _, k := range groupKeys(g) {
 					if s.router.Shard(k) != sp.shard {
@@ -86,7 +99,7 @@ func FuzzCommitRequest(f *testing.F) {
 				t.Fatalf("%d results for %d groups", len(res.Outcome.GetGroups()), len(sp.p.GetGroups()))
 			}
 			for _, gi := range sp.p.GetGroupIndexes() {
-				if seen[gi] || failures[gi] != nil {
+				if (seen[gi] && !slices.Contains(cross, int(gi))) || failures[gi] != nil {
 					t.Fatalf("group %d proposed twice or despite failing validation", gi)
 				}
 				seen[gi] = true

@@ -12,6 +12,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"slices"
@@ -56,7 +57,11 @@ type Config struct {
 	// MaxInflight bounds the proposals in flight on this node; beyond it
 	// commits fail fast with RESOURCE_EXHAUSTED.
 	MaxInflight int
-	Authorizer  Authorizer
+	// TxnTimeout is how long a cross-shard transaction may stay prepared
+	// before any leader that finds it resolves it (aborting it unless its
+	// driver decided it).
+	TxnTimeout time.Duration
+	Authorizer Authorizer
 	// Now is the clock whose readings go into proposals.
 	Now     func() time.Time
 	Logger  *zap.Logger
@@ -71,6 +76,7 @@ func DefaultConfig() Config {
 		LogRetention:     100000,
 		ProgressInterval: time.Second,
 		MaxInflight:      4096,
+		TxnTimeout:       5 * time.Second,
 		Authorizer:       AllowAll{},
 		Now:              time.Now,
 		Logger:           zap.NewNop(),
@@ -91,6 +97,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("server: ProgressInterval must be positive, got %v", c.ProgressInterval)
 	case c.MaxInflight <= 0:
 		return fmt.Errorf("server: MaxInflight must be positive, got %d", c.MaxInflight)
+	case c.TxnTimeout <= 0:
+		return fmt.Errorf("server: TxnTimeout must be positive, got %v", c.TxnTimeout)
 	case c.Authorizer == nil || c.Now == nil || c.Logger == nil:
 		return fmt.Errorf("server: Authorizer, Now and Logger are required")
 	}
@@ -128,14 +136,17 @@ func (s *Server) Commit(ctx context.Context, req *storev1.CommitRequest) (resp *
 	if err != nil {
 		return nil, err
 	}
-	shardOf, err := s.route(req)
-	if err != nil {
-		return nil, err
+	shardsOf := s.route(req)
+	shardOf := make([]uint32, len(shardsOf))
+	for i, shards := range shardsOf {
+		if len(shards) > 0 {
+			shardOf[i] = shards[0]
+		}
 	}
 	if err := s.admit(ctx, Access{Method: "Commit", Keys: commitKeys(req), Write: true}); err != nil {
 		return nil, err
 	}
-	resp = &storev1.CommitResponse{Groups: make([]*storev1.GroupResult, len(req.GetGroups()))}
+	resp = &storev1.CommitResponse{Groups: make([]*storev1.GroupResult, len(req.GetGroups())), ShardCount: s.router.Shards()}
 	for i, f := range failures {
 		if f != nil {
 			resp.Groups[i] = &storev1.GroupResult{Failure: f, Shard: shardOf[i]}
@@ -149,35 +160,70 @@ func (s *Server) Commit(ctx context.Context, req *storev1.CommitRequest) (resp *
 		}
 		return resp, nil
 	}
-	props := s.proposals(req, shardOf, failures)
-	if err := s.propose(ctx, props, resp); err != nil {
+	// Groups that span shards (all groups, for an atomic request that
+	// does) commit in one cross-shard transaction; the others as usual.
+	cross := crossShardGroups(req, shardsOf, failures)
+	hash, now := requestHash(req), s.cfg.Now()
+	props := s.proposals(req, shardOf, func(gi int) bool { return failures[gi] == nil && !slices.Contains(cross, gi) }, hash, now)
+	var (
+		wg          sync.WaitGroup
+		xdup        bool
+		xerr, aperr error
+	)
+	if len(cross) > 0 {
+		wg.Go(func() {
+			xdup, xerr = s.commitCrossShard(ctx, s.newCrossShard(req, cross, hash, now), req.GetAtomic(), resp)
+		})
+	}
+	if len(props) > 0 {
+		aperr = s.propose(ctx, props, resp)
+	}
+	wg.Wait()
+	if err := errors.Join(aperr, xerr); err != nil {
 		return nil, err
 	}
+	resp.Duplicate = resp.Duplicate || xdup
 	for i, g := range resp.Groups {
 		g.Shard = shardOf[i]
 	}
 	return resp, nil
 }
 
-// route returns the shard of each group, refusing groups that span shards
-// and atomic requests whose groups do.
-func (s *Server) route(req *storev1.CommitRequest) ([]uint32, error) {
-	shardOf := make([]uint32, len(req.GetGroups()))
-	for gi, g := range req.GetGroups() {
-		first := ""
-		for _, k := range groupKeys(g) {
-			sh := s.router.Shard(k)
-			if first == "" {
-				first, shardOf[gi] = k, sh
-			} else if sh != shardOf[gi] {
-				return nil, errf(errCrossShard, "commit: group %d spans shards %d (%q) and %d (%q); cross-shard groups are not supported yet", gi, shardOf[gi], first, sh, k)
-			}
+// crossShardGroups returns the indexes of the groups that must commit
+// across shards: those spanning shards, or every group of an atomic
+// request whose groups do together.
+func crossShardGroups(req *storev1.CommitRequest, shardsOf [][]uint32, failures []*storev1.Failure) []int {
+	var cross []int
+	all := map[uint32]bool{}
+	for gi, shards := range shardsOf {
+		for _, sh := range shards {
+			all[sh] = true
 		}
-		if req.GetAtomic() && shardOf[gi] != shardOf[0] {
-			return nil, errf(errCrossShard, "commit: atomic request spans shards %d (group 0) and %d (group %d); cross-shard atomic requests are not supported yet", shardOf[0], shardOf[gi], gi)
+		if len(shards) > 1 && failures[gi] == nil {
+			cross = append(cross, gi)
 		}
 	}
-	return shardOf, nil
+	if req.GetAtomic() && len(all) > 1 {
+		cross = cross[:0]
+		for gi := range shardsOf {
+			cross = append(cross, gi)
+		}
+	}
+	return cross
+}
+
+// route returns the shards each group touches, sorted.
+func (s *Server) route(req *storev1.CommitRequest) [][]uint32 {
+	out := make([][]uint32, len(req.GetGroups()))
+	for gi, g := range req.GetGroups() {
+		for _, k := range groupKeys(g) {
+			if sh := s.router.Shard(k); !slices.Contains(out[gi], sh) {
+				out[gi] = append(out[gi], sh)
+			}
+		}
+		slices.Sort(out[gi])
+	}
+	return out
 }
 
 func groupKeys(g *storev1.Group) []string {
@@ -204,14 +250,12 @@ type shardProposal struct {
 	p     *storev1.Proposal
 }
 
-// proposals splits req into one proposal per shard, leaving out groups that
-// already failed validation.
-func (s *Server) proposals(req *storev1.CommitRequest, shardOf []uint32, failures []*storev1.Failure) []shardProposal {
-	hash := requestHash(req)
-	now := s.cfg.Now().UnixNano()
+// proposals splits the groups of req that keep says into one proposal
+// per shard.
+func (s *Server) proposals(req *storev1.CommitRequest, shardOf []uint32, keep func(gi int) bool, hash uint64, now time.Time) []shardProposal {
 	var out []shardProposal
 	for gi, g := range req.GetGroups() {
-		if failures[gi] != nil {
+		if !keep(gi) {
 			continue
 		}
 		i := slices.IndexFunc(out, func(sp shardProposal) bool { return sp.shard == shardOf[gi] })
@@ -219,7 +263,7 @@ func (s *Server) proposals(req *storev1.CommitRequest, shardOf []uint32, failure
 			out = append(out, shardProposal{shard: shardOf[gi], p: &storev1.Proposal{
 				TxnId:             req.GetTxnId(),
 				Atomic:            req.GetAtomic(),
-				NowUnixNanos:      now,
+				NowUnixNanos:      now.UnixNano(),
 				DedupeWindowNanos: int64(s.cfg.DedupeWindow),
 				LogRetention:      s.cfg.LogRetention,
 				RequestHash:       hash,

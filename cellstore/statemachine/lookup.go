@@ -54,10 +54,25 @@ type LogResult struct {
 	Oldest, Current uint64
 }
 
+// OverdueQuery asks for up to Limit cross-shard transactions prepared on
+// the shard whose deadline is at or before Now; the answer is an
+// *OverdueResult.
+type OverdueQuery struct {
+	Now   int64
+	Limit int
+}
+
+// OverdueResult lists overdue transactions with their records.
+type OverdueResult struct {
+	IDs     []string
+	Records []*storev1.Prepared
+}
+
 // ErrUnknownQuery is returned by Lookup for a query of an unknown type.
 var ErrUnknownQuery = errors.New("statemachine: unknown query type")
 
-// Lookup answers GetQuery and RangeQuery from this replica's state.
+// Lookup answers GetQuery, RangeQuery and OverdueQuery from this
+// replica's state.
 // Dragonboat calls it after ReadIndex for linearizable reads, directly for
 // stale ones.
 func (s *StateMachine) Lookup(q any) (any, error) {
@@ -66,6 +81,13 @@ func (s *StateMachine) Lookup(q any) (any, error) {
 		return s.get(q)
 	case RangeQuery:
 		return s.scan(q)
+	case OverdueQuery:
+		res := &OverdueResult{}
+		err := s.withView(func(v view) (err error) {
+			res.IDs, res.Records, err = engine.Overdue(v, q.Now, q.Limit)
+			return err
+		})
+		return res, err
 	default:
 		return nil, fmt.Errorf("%w %T", ErrUnknownQuery, q)
 	}
@@ -96,6 +118,31 @@ func (v view) get(key []byte) []byte {
 		return append([]byte(nil), v.it.Value()...)
 	}
 	return nil
+}
+
+// A view is a read-only engine.Storage.
+var _ engine.Storage = view{}
+
+// Get implements engine.Storage.
+func (v view) Get(key []byte) ([]byte, error) { return v.get(key), nil }
+
+// Set implements engine.Storage: a view is read-only.
+func (v view) Set(_, _ []byte) error { return errors.New("statemachine: a view is read-only") }
+
+// Delete implements engine.Storage: a view is read-only.
+func (v view) Delete([]byte) error { return errors.New("statemachine: a view is read-only") }
+
+// Scan implements engine.Storage.
+func (v view) Scan(lower, upper []byte, fn func(key, value []byte) bool) error {
+	for ok := v.it.SeekGE(lower); ok; ok = v.it.Next() {
+		if upper != nil && bytes.Compare(v.it.Key(), upper) >= 0 {
+			break
+		}
+		if !fn(v.it.Key(), v.it.Value()) {
+			break
+		}
+	}
+	return v.it.Error()
 }
 
 func (v view) uint64(key []byte) (uint64, error) { return engine.DecodeUint64(v.get(key)) }

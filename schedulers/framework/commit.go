@@ -215,7 +215,7 @@ func commitGroups(ctx context.Context, s clientlib.Store, groups [][]Placement, 
 				written[key] = w
 			}
 			w.Value += delta
-			w.Version = g.Revision
+			w.Version = g.VersionOf(key)
 		}
 	}
 	return nil

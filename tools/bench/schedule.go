@@ -28,6 +28,9 @@ type ScheduleConfig struct {
 	Machines, Tasks, TasksPerJob int
 	Schedulers                   int
 	Conflict                     framework.ConflictMode
+	// Shards of the store (default 1). With more, a placement's task and
+	// machine keys mostly fall on different shards: cross-shard commits.
+	Shards int
 	// Dir holds the store's data.
 	Dir string
 	// Seed draws the tasks' requests and the schedulers' machine orders.
@@ -44,6 +47,7 @@ type ScheduleResult struct {
 	Conflict         string  `json:"conflict"`
 	Machines         int     `json:"machines"`
 	Tasks            int     `json:"tasks"`
+	Shards           int     `json:"shards"`
 	Placed           int     `json:"placed"`
 	Seconds          float64 `json:"seconds"`
 	PlacementsPerSec float64 `json:"placements_per_sec"`
@@ -74,14 +78,14 @@ var (
 
 // RunSchedule runs one scheduling benchmark and audits the result.
 func RunSchedule(ctx context.Context, cfg ScheduleConfig) (ScheduleResult, error) {
-	res := ScheduleResult{Schedulers: cfg.Schedulers, Conflict: conflictName(cfg.Conflict), Machines: cfg.Machines, Tasks: cfg.Tasks}
+	res := ScheduleResult{Schedulers: cfg.Schedulers, Conflict: conflictName(cfg.Conflict), Machines: cfg.Machines, Tasks: cfg.Tasks, Shards: max(cfg.Shards, 1)}
 	if cfg.Machines <= 0 || cfg.Tasks <= 0 || cfg.TasksPerJob <= 0 || cfg.Schedulers <= 0 {
 		return res, errors.New("schedule bench: machines, tasks, tasks per job and schedulers must be positive")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	cell, err := localcell.Start(ctx, localcell.Config{Dir: cfg.Dir, Replicas: 1, Shards: 1, Logger: cfg.Logger})
+	cell, err := localcell.Start(ctx, localcell.Config{Dir: cfg.Dir, Replicas: 1, Shards: max(cfg.Shards, 1), Logger: cfg.Logger})
 	if err != nil {
 		return res, err
 	}

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -16,12 +17,16 @@ func TestCompetingSchedulersAudit(t *testing.T) {
 	if testing.Short() {
 		machines, tasks = 100, 1000
 	}
-	for _, mode := range []framework.ConflictMode{framework.Fine, framework.Coarse} {
-		t.Run(conflictName(mode), func(t *testing.T) {
+	for _, tc := range []struct {
+		mode   framework.ConflictMode
+		shards int
+	}{{framework.Fine, 1}, {framework.Coarse, 1}, {framework.Fine, 4}} {
+		mode := tc.mode
+		t.Run(fmt.Sprintf("%s/%d-shards", conflictName(mode), tc.shards), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 			defer cancel()
 			res, err := RunSchedule(ctx, ScheduleConfig{Machines: machines, Tasks: tasks, TasksPerJob: 50, Schedulers: 2,
-				Conflict: mode, Dir: t.TempDir(), Seed: 7})
+				Conflict: mode, Shards: tc.shards, Dir: t.TempDir(), Seed: 7})
 			if err != nil {
 				t.Fatal(err)
 			}
