@@ -26,6 +26,8 @@ import (
 type Config struct {
 	DataDir            string
 	GRPCAddr, HTTPAddr string
+	// Shards of the store (0: 1).
+	Shards uint32
 	// ExecMachine, if set, runs an exec agent under that machine name with
 	// ExecCapacity.
 	ExecMachine  string
@@ -68,6 +70,7 @@ func Start(ctx context.Context, cfg Config) (*Cell, error) {
 	}
 	ncfg := node.DefaultConfig()
 	ncfg.DataDir, ncfg.GRPCAddr, ncfg.HTTPAddr, ncfg.Logger = filepath.Join(cfg.DataDir, "store"), cfg.GRPCAddr, cfg.HTTPAddr, cfg.Logger
+	ncfg.Shards = max(cfg.Shards, 1)
 	ports, err := localcell.FreePorts(1)
 	if err != nil {
 		return nil, err

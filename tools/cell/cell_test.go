@@ -104,9 +104,10 @@ func TestHundredRealTasks(t *testing.T) {
 }
 
 // A 3-replica service survives the loss of a machine: its replica is
-// replaced on another machine within seconds.
+// replaced on another machine within seconds. The cell has 2 shards, so
+// placements and the lost machine's releases commit across shards.
 func TestServiceSurvivesMachineLoss(t *testing.T) {
-	e := start(t, cell.Config{Hollow: 5, HollowCapacity: map[string]int64{"cpu": 4000, "memory": 1 << 30}})
+	e := start(t, cell.Config{Shards: 2, Hollow: 5, HollowCapacity: map[string]int64{"cpu": 4000, "memory": 1 << 30}})
 	e.submit("web", &troupev1.JobSpec{Type: troupev1.JobType_JOB_TYPE_SERVICE, Count: 3, Priority: 100,
 		Constraints: &troupev1.Constraints{DistinctMachines: true},
 		Template:    &troupev1.TaskTemplate{Command: "web", SimDuration: durationpb.New(time.Hour), Requests: map[string]int64{"cpu": 1000}}})
@@ -149,9 +150,10 @@ func TestServiceSurvivesMachineLoss(t *testing.T) {
 	}
 }
 
-// A gang job is placed whole or not at all.
+// A gang job is placed whole or not at all, in one atomic request across
+// the cell's 3 shards.
 func TestGangAllOrNothing(t *testing.T) {
-	e := start(t, cell.Config{Hollow: 2, HollowCapacity: map[string]int64{"cpu": 2000, "memory": 1 << 30}})
+	e := start(t, cell.Config{Shards: 3, Hollow: 2, HollowCapacity: map[string]int64{"cpu": 2000, "memory": 1 << 30}})
 	long := durationpb.New(time.Hour)
 	// Three tasks of 1500 cpu: only two machines can take one each.
 	e.submit("toobig", &troupev1.JobSpec{Count: 3, GangMin: 3, Template: &troupev1.TaskTemplate{Command: "x", SimDuration: long, Requests: map[string]int64{"cpu": 1500}}})
@@ -175,9 +177,10 @@ func TestGangAllOrNothing(t *testing.T) {
 	}
 }
 
-// A high-priority job preempts batch tasks, which go back to pending.
+// A high-priority job preempts batch tasks, which go back to pending; the
+// evictions and the placement commit together across 3 shards.
 func TestHighPriorityPreemptsBatch(t *testing.T) {
-	e := start(t, cell.Config{Hollow: 1, HollowCapacity: map[string]int64{"cpu": 2000, "memory": 1 << 30}})
+	e := start(t, cell.Config{Shards: 3, Hollow: 1, HollowCapacity: map[string]int64{"cpu": 2000, "memory": 1 << 30}})
 	long := durationpb.New(time.Hour)
 	e.submit("filler", &troupev1.JobSpec{Count: 4, Priority: 0, Template: &troupev1.TaskTemplate{Command: "x", SimDuration: long, Requests: map[string]int64{"cpu": 500}}})
 	e.until("the machine is full", func() (bool, string) {

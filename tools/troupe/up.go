@@ -21,6 +21,7 @@ func runUp(args []string) error {
 	grpcAddr := fs.String("grpc-addr", "127.0.0.1:7000", "store gRPC address")
 	httpAddr := fs.String("http-addr", "127.0.0.1:7200", "health and metrics address")
 	hollow := fs.Int("hollow", 0, "simulated machines to add (16 cores, 64 GiB each)")
+	shards := fs.Uint("shards", 1, "store shards, fixed when the data directory is created (on one machine, 1 is fastest; see DESIGN.md)")
 	execAgent := fs.Bool("exec", true, "run an exec agent for this host")
 	level := fs.String("log-level", "warn", "log level")
 	if err := fs.Parse(args); err != nil {
@@ -38,7 +39,7 @@ func runUp(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cfg := cell.Config{DataDir: *dataDir, GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, Hollow: *hollow,
+	cfg := cell.Config{DataDir: *dataDir, GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, Hollow: *hollow, Shards: uint32(*shards),
 		HollowCapacity: map[string]int64{"cpu": 16000, "memory": 64 << 30}, Logger: log}
 	if *execAgent {
 		cfg.ExecMachine, _ = agent.HostMachine()
