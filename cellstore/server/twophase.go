@@ -238,8 +238,16 @@ func (s *Server) ResolveOverdue(ctx context.Context, shard uint32) (int, error) 
 		return 0, err
 	}
 	overdue := res.(*statemachine.OverdueResult)
+	now := s.cfg.Now()
 	for i, id := range overdue.IDs {
 		rec := overdue.Records[i]
+		if since := now.Sub(time.Unix(0, rec.GetDeadlineUnixNanos())); since > s.cfg.DedupeWindow-s.cfg.TxnTimeout {
+			// Its decision may have been forgotten: deciding now could
+			// abort what committed elsewhere. Safety first: keep it held.
+			s.cfg.Logger.Error("a cross-shard transaction stayed prepared longer than decisions are kept; resolve it by hand",
+				zap.String("txn", id), zap.Uint32("shard", shard), zap.Duration("overdue", since))
+			continue
+		}
 		decided, err := s.backend.Propose(ctx, rec.GetCoordinator(), &storev1.Proposal{TxnId: id, Phase: storev1.Phase_PHASE_DECIDE,
 			NowUnixNanos: s.cfg.Now().UnixNano(), DedupeWindowNanos: int64(s.cfg.DedupeWindow), RequestHash: rec.GetRequestHash(),
 			Outcome: &storev1.Outcome{}})
