@@ -21,11 +21,22 @@ import (
 // Store is an in-memory, one-shard cell store. It is safe for concurrent
 // use.
 type Store struct {
-	mu     sync.Mutex
-	st     *engine.MemStorage
-	now    func() time.Time
-	window time.Duration
-	txns   uint64
+	mu       sync.Mutex
+	st       *engine.MemStorage
+	now      func() time.Time
+	window   time.Duration
+	txns     uint64
+	observer func(*storev1.ChangeSet)
+}
+
+// Observe has observe called with the changes of every commit that
+// writes, in commit order, before the commit returns (and with the store
+// locked: observe must not call the store). The simulator keeps its view
+// of the cell with it, as a real scheduler's cache follows a watch.
+func (s *Store) Observe(observe func(*storev1.ChangeSet)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.observer = observe
 }
 
 // New returns an empty store whose proposals carry the time now() and
@@ -56,6 +67,9 @@ func (s *Store) Commit(_ context.Context, req *storev1.CommitRequest) (*storev1.
 	res, err := engine.Apply(s.st, p)
 	if err != nil {
 		return nil, fmt.Errorf("memstore: %w", err)
+	}
+	if res.Changes != nil && s.observer != nil {
+		s.observer(res.Changes)
 	}
 	return &storev1.CommitResponse{Groups: res.Outcome.GetGroups(), Duplicate: res.Outcome.GetDuplicate()}, nil
 }

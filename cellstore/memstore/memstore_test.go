@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -13,6 +14,12 @@ func TestCommitGetListDedupe(t *testing.T) {
 	ctx := context.Background()
 	now := time.Unix(100, 0)
 	s := New(func() time.Time { return now }, time.Minute)
+	var observed []uint64 // versions of the changes, in commit order
+	s.Observe(func(cs *storev1.ChangeSet) {
+		for _, ev := range cs.GetEvents() {
+			observed = append(observed, ev.GetKv().GetVersion())
+		}
+	})
 	req := &storev1.CommitRequest{TxnId: "t1", Groups: []*storev1.Group{{
 		Ops: []*storev1.Op{{Op: &storev1.Op_Add{Add: &storev1.Add{Key: "/alloc/m1/cpu", Delta: 5, Min: 0, Max: 10}}}},
 	}}}
@@ -48,5 +55,9 @@ func TestCommitGetListDedupe(t *testing.T) {
 	c, err := keyspace.DecodeCursor(cursor, 1)
 	if err != nil || c[0] != 3 {
 		t.Fatalf("cursor %v %v, want revision 3", c, err)
+	}
+	// The duplicate wrote nothing, so it was not observed.
+	if fmt.Sprint(observed) != "[1 2 3]" {
+		t.Fatalf("observed changes at %v, want [1 2 3]", observed)
 	}
 }

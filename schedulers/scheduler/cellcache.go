@@ -23,12 +23,12 @@ type CellCache struct {
 	machines *cache.Informer[*troupev1.Machine]
 	tasks    *cache.Informer[*troupev1.Task]
 	counters *cache.Informer[*troupev1.Counter]
-	view     *cellView
+	view     *MachineView
 }
 
 // NewCellCache returns the caches of a scheduler process over client c.
 func NewCellCache(c *clientlib.Client, logger *zap.Logger) *CellCache {
-	cc := &CellCache{view: newCellView()}
+	cc := &CellCache{view: NewMachineView()}
 	cc.machines = clientlib.NewInformer(c, clientlib.Machines, "", nil)
 	cc.tasks = clientlib.NewInformer(c, clientlib.Tasks, "", clientlib.TaskIndexes())
 	cc.counters = cache.NewInformer(cache.InformerConfig[*troupev1.Counter]{
@@ -39,18 +39,18 @@ func NewCellCache(c *clientlib.Client, logger *zap.Logger) *CellCache {
 		Logger: logger,
 	})
 	cc.machines.AddHandler(cache.Handler[*troupev1.Machine]{
-		OnAdd:    func(_ string, m *troupev1.Machine) { cc.view.setMachine(m) },
-		OnUpdate: func(_ string, _, m *troupev1.Machine) { cc.view.setMachine(m) },
-		OnDelete: func(_ string, m *troupev1.Machine) { cc.view.deleteMachine(m.GetMetadata().GetName()) },
+		OnAdd:    func(_ string, m *troupev1.Machine) { cc.view.SetMachine(m) },
+		OnUpdate: func(_ string, _, m *troupev1.Machine) { cc.view.SetMachine(m) },
+		OnDelete: func(_ string, m *troupev1.Machine) { cc.view.DeleteMachine(m.GetMetadata().GetName()) },
 	})
 	cc.counters.AddHandler(cache.Handler[*troupev1.Counter]{
 		OnAdd: func(key string, c *troupev1.Counter) {
-			cc.view.setCounter(key, c.GetValue(), c.GetMetadata().GetVersion())
+			cc.view.SetCounter(key, c.GetValue(), c.GetMetadata().GetVersion())
 		},
 		OnUpdate: func(key string, _, c *troupev1.Counter) {
-			cc.view.setCounter(key, c.GetValue(), c.GetMetadata().GetVersion())
+			cc.view.SetCounter(key, c.GetValue(), c.GetMetadata().GetVersion())
 		},
-		OnDelete: func(key string, _ *troupev1.Counter) { cc.view.deleteCounter(key) },
+		OnDelete: func(key string, _ *troupev1.Counter) { cc.view.DeleteCounter(key) },
 	})
 	return cc
 }

@@ -180,7 +180,7 @@ func (s *Scheduler) assume(res *framework.Result) {
 		return
 	}
 	for _, w := range res.Counters {
-		s.view.setCounter(w.Key, w.Value, w.Version)
+		s.view.SetCounter(w.Key, w.Value, w.Version)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -213,7 +213,7 @@ func (s *Scheduler) snapshot(job string) *framework.Snapshot {
 		}
 	}
 	s.mu.Unlock()
-	snap := &framework.Snapshot{Machines: s.view.snapshot(jobTasks, job)}
+	snap := &framework.Snapshot{Machines: s.view.Snapshot(jobTasks, job)}
 	if s.cfg.Profile.Preempt {
 		snap.Running = s.running
 	}

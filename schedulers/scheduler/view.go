@@ -10,14 +10,16 @@ import (
 	"github.com/troupe-cluster/troupe/schedulers/framework"
 )
 
-// cellView keeps the machines as decisions see them, built from the
-// machine and counter caches as their events arrive, so that a decision
-// copies a slice of pointers instead of rebuilding every machine: with
-// 10,000 machines that is microseconds, not tens of milliseconds.
+// MachineView keeps the machines as decisions see them, built from
+// machine objects and /alloc counters as their changes arrive (from a
+// cache's watch in a cell, from the in-memory store in the simulator), so
+// that a decision copies a slice of pointers instead of rebuilding every
+// machine: with 10,000 machines that is microseconds, not tens of
+// milliseconds. It is safe for concurrent use.
 //
-// Published *framework.Machine values are never changed; an event
+// Published *framework.Machine values are never changed; a change
 // replaces the machine's pointer with a new one.
-type cellView struct {
+type MachineView struct {
 	mu       sync.Mutex
 	index    map[string]int // machine name → position in machines
 	machines []*framework.Machine
@@ -32,11 +34,12 @@ type viewEntry struct {
 	versions map[string]uint64
 }
 
-func newCellView() *cellView {
-	return &cellView{index: map[string]int{}, entries: map[string]*viewEntry{}}
+// NewMachineView returns an empty view.
+func NewMachineView() *MachineView {
+	return &MachineView{index: map[string]int{}, entries: map[string]*viewEntry{}}
 }
 
-func (v *cellView) entry(name string) *viewEntry {
+func (v *MachineView) entry(name string) *viewEntry {
 	e, ok := v.entries[name]
 	if !ok {
 		e = &viewEntry{alloc: map[string]int64{}, versions: map[string]uint64{}}
@@ -45,8 +48,8 @@ func (v *cellView) entry(name string) *viewEntry {
 	return e
 }
 
-// setMachine records a machine's object (added or updated).
-func (v *cellView) setMachine(m *troupev1.Machine) {
+// SetMachine records a machine's object (added or updated).
+func (v *MachineView) SetMachine(m *troupev1.Machine) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	name := m.GetMetadata().GetName()
@@ -54,9 +57,9 @@ func (v *cellView) setMachine(m *troupev1.Machine) {
 	v.publish(name)
 }
 
-// deleteMachine forgets a machine's object; its counters stay until they
+// DeleteMachine forgets a machine's object; its counters stay until they
 // are deleted too.
-func (v *cellView) deleteMachine(name string) {
+func (v *MachineView) DeleteMachine(name string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if e, ok := v.entries[name]; ok {
@@ -65,11 +68,11 @@ func (v *cellView) deleteMachine(name string) {
 	v.publish(name)
 }
 
-// setCounter records the value and version of the counter at key
+// SetCounter records the value and version of the counter at key
 // (/alloc/<machine>/<resource>), unless the view already holds a later
 // version: the scheduler assumes its own commits' counters before the
 // cache shows them, and an older event must not undo that.
-func (v *cellView) setCounter(key string, value int64, version uint64) {
+func (v *MachineView) SetCounter(key string, value int64, version uint64) {
 	v.updateCounter(key, func(e *viewEntry, r string) {
 		if version >= e.versions[r] {
 			e.alloc[r], e.versions[r] = value, version
@@ -77,8 +80,8 @@ func (v *cellView) setCounter(key string, value int64, version uint64) {
 	})
 }
 
-// deleteCounter forgets the counter at key.
-func (v *cellView) deleteCounter(key string) {
+// DeleteCounter forgets the counter at key.
+func (v *MachineView) DeleteCounter(key string) {
 	v.updateCounter(key, func(e *viewEntry, r string) {
 		delete(e.alloc, r)
 		delete(e.versions, r)
@@ -87,7 +90,7 @@ func (v *cellView) deleteCounter(key string) {
 
 // updateCounter applies change to copies of the counter maps of key's
 // machine (published machines share the old ones) and republishes it.
-func (v *cellView) updateCounter(key string, change func(e *viewEntry, resource string)) {
+func (v *MachineView) updateCounter(key string, change func(e *viewEntry, resource string)) {
 	machine, resource, ok := strings.Cut(strings.TrimPrefix(key, clientlib.AllocPrefix), "/")
 	if !ok {
 		return
@@ -101,7 +104,7 @@ func (v *cellView) updateCounter(key string, change func(e *viewEntry, resource 
 }
 
 // publish rebuilds the decision view of machine name from its entry.
-func (v *cellView) publish(name string) {
+func (v *MachineView) publish(name string) {
 	e := v.entries[name]
 	i, listed := v.index[name]
 	if e == nil || e.obj == nil {
@@ -128,10 +131,10 @@ func (v *cellView) publish(name string) {
 	v.machines = append(v.machines, fm)
 }
 
-// snapshot returns the machines for one decision of job, with jobTasks
+// Snapshot returns the machines for one decision of job, with jobTasks
 // (the job's tasks per machine) filled into copies of the machines that
 // have some.
-func (v *cellView) snapshot(jobTasks map[string]int, job string) []*framework.Machine {
+func (v *MachineView) Snapshot(jobTasks map[string]int, job string) []*framework.Machine {
 	v.mu.Lock()
 	out := make([]*framework.Machine, len(v.machines))
 	copy(out, v.machines)
