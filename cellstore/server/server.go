@@ -61,6 +61,10 @@ type Config struct {
 	// before any leader that finds it resolves it (aborting it unless its
 	// driver decided it).
 	TxnTimeout time.Duration
+	// PrepareDelay, for fault tests only, holds every cross-shard
+	// transaction this node drives between its prepare and its decision,
+	// so that a test can kill the node there.
+	PrepareDelay time.Duration
 	Authorizer Authorizer
 	// Now is the clock whose readings go into proposals.
 	Now     func() time.Time

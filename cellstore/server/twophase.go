@@ -93,6 +93,13 @@ func (s *Server) commitCrossShard(ctx context.Context, x *crossShard, atomic boo
 	}
 	defer s.inflight.Release(int64(len(x.participants)))
 	prepared, perr := s.eachShard(ctx, x.participants, func(sh uint32) *storev1.Proposal { return x.parts[sh] })
+	if s.cfg.PrepareDelay > 0 {
+		select {
+		case <-time.After(s.cfg.PrepareDelay):
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
 	out := &storev1.Outcome{} // a participant's prepare is unknown: abort, so nothing stays held
 	if perr == nil {
 		out = decideOutcome(x, prepared, atomic)
