@@ -65,7 +65,7 @@ type Config struct {
 	// transaction this node drives between its prepare and its decision,
 	// so that a test can kill the node there.
 	PrepareDelay time.Duration
-	Authorizer Authorizer
+	Authorizer   Authorizer
 	// Now is the clock whose readings go into proposals.
 	Now     func() time.Time
 	Logger  *zap.Logger

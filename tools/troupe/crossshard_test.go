@@ -99,7 +99,9 @@ func TestKillDriverBetweenPrepareAndDecide(t *testing.T) {
 		}
 	}
 	a, b := keyOn("/machines/a%d", 0), keyOn("/machines/b%d", 1)
-	put := func(k, v string) *storev1.Op { return &storev1.Op{Op: &storev1.Op_Put{Put: &storev1.Put{Key: k, Value: []byte(v)}}} }
+	put := func(k, v string) *storev1.Op {
+		return &storev1.Op{Op: &storev1.Op_Put{Put: &storev1.Put{Key: k, Value: []byte(v)}}}
+	}
 	write := func(node int, txn string, k string) (*storev1.CommitResponse, error) {
 		return cell.clients[node].Commit(ctx, &storev1.CommitRequest{TxnId: txn, Groups: []*storev1.Group{{Ops: []*storev1.Op{put(k, txn)}}}})
 	}
