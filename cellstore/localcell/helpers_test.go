@@ -44,27 +44,61 @@ type testCell struct {
 // directory; it is closed when the test ends.
 func startCell(t *testing.T, replicas, shards int, tune func(*node.Config)) *testCell {
 	t.Helper()
+	return startCellWith(t, localcell.Config{Replicas: replicas, Shards: shards, Tune: tune})
+}
+
+// startCellWith starts a cell of cfg in a temporary directory.
+func startCellWith(t *testing.T, cfg localcell.Config) *testCell {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	defer cancel()
-	c, err := localcell.Start(ctx, localcell.Config{Dir: t.TempDir(), Replicas: replicas, Shards: shards, Tune: tune})
+	cfg.Dir = t.TempDir()
+	c, err := localcell.Start(ctx, cfg)
 	if err != nil {
 		t.Fatalf("start cell: %v", err)
 	}
 	t.Cleanup(func() { c.Close() })
-	tc := &testCell{Cell: c, t: t, shards: uint32(shards), router: keyspace.NewRouter(uint32(shards))}
+	tc := &testCell{Cell: c, t: t, shards: uint32(cfg.Shards), router: keyspace.NewRouter(uint32(cfg.Shards))}
 	eps := c.Endpoints()
-	if len(eps) != replicas {
-		t.Fatalf("cell has %d endpoints, want %d", len(eps), replicas)
+	if len(eps) != cfg.Replicas {
+		t.Fatalf("cell has %d endpoints, want %d", len(eps), cfg.Replicas)
 	}
 	for _, addr := range eps {
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatalf("dial %s: %v", addr, err)
-		}
-		t.Cleanup(func() { conn.Close() })
-		tc.clients = append(tc.clients, storev1.NewStoreClient(conn))
+		tc.clients = append(tc.clients, storev1.NewStoreClient(dial(t, addr)))
 	}
 	return tc
+}
+
+// dial connects to a node's gRPC address for the rest of the test.
+func dial(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatalf("dial %s: %v", addr, err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// admin returns an Admin client of node i.
+func (c *testCell) admin(i int) storev1.AdminClient {
+	return storev1.NewAdminClient(dial(c.t, c.Node(i).GRPCAddr()))
+}
+
+// join starts a new node and adds it to the cell through node 1's Admin
+// service; it returns the node's index and the members after the change.
+func (c *testCell) join(ctx context.Context) (int, []*storev1.Member) {
+	c.t.Helper()
+	i, err := c.StartNewNode()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.clients = append(c.clients, storev1.NewStoreClient(dial(c.t, c.Node(i).GRPCAddr())))
+	resp, err := c.admin(0).AddMember(ctx, &storev1.AddMemberRequest{NodeId: uint64(i + 1), RaftAddress: c.Node(i).RaftAddr(), ShardCount: c.shards})
+	if err != nil {
+		c.t.Fatalf("add node %d: %v", i+1, err)
+	}
+	return i, resp.GetMembers()
 }
 
 // client returns the gRPC client of node i.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -25,10 +26,15 @@ type Config struct {
 	Logger   *zap.Logger
 	// Tune, if set, adjusts each node's configuration before it starts.
 	Tune func(*node.Config)
+	// RestoreFrom, if set, is a backup file (node.WriteBackup) restored
+	// into the data directory of the cell's one node (a restored cell
+	// starts with one node) before it first starts.
+	RestoreFrom string
 }
 
-// Cell is a running local cell.
+// Cell is a running local cell. Its methods are for one goroutine.
 type Cell struct {
+	cfg   Config
 	cfgs  []node.Config
 	nodes []*node.Node // nil for a stopped node
 }
@@ -38,6 +44,9 @@ type Cell struct {
 func Start(ctx context.Context, cfg Config) (*Cell, error) {
 	if cfg.Replicas <= 0 || cfg.Shards <= 0 {
 		return nil, fmt.Errorf("localcell: need Replicas and Shards > 0, got %d and %d", cfg.Replicas, cfg.Shards)
+	}
+	if cfg.RestoreFrom != "" && cfg.Replicas != 1 {
+		return nil, fmt.Errorf("localcell: a restored cell starts with one node, not %d; add the others with StartNewNode", cfg.Replicas)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
@@ -50,21 +59,13 @@ func Start(ctx context.Context, cfg Config) (*Cell, error) {
 	for i, p := range ports {
 		members[uint64(i+1)] = fmt.Sprintf("127.0.0.1:%d", p)
 	}
-	c := &Cell{}
+	c := &Cell{cfg: cfg}
 	for i := range cfg.Replicas {
-		nc := node.DefaultConfig()
-		nc.NodeID = uint64(i + 1)
-		nc.DataDir = filepath.Join(cfg.Dir, fmt.Sprintf("node-%d", i+1))
-		nc.RaftAddr = members[nc.NodeID]
-		nc.GRPCAddr = "127.0.0.1:0"
-		nc.HTTPAddr = ""
-		nc.InitialMembers = members
-		nc.Shards = uint32(cfg.Shards)
-		nc.RTT = 10 * time.Millisecond
-		nc.LogDBMemory = "tiny"
-		nc.Logger = cfg.Logger.With(zap.Uint64("node", nc.NodeID))
-		if cfg.Tune != nil {
-			cfg.Tune(&nc)
+		nc := c.nodeConfig(i, members[uint64(i+1)], func(nc *node.Config) { nc.InitialMembers = members })
+		if cfg.RestoreFrom != "" {
+			if err := restore(cfg.RestoreFrom, nc); err != nil {
+				return nil, err
+			}
 		}
 		c.cfgs = append(c.cfgs, nc)
 	}
@@ -87,6 +88,57 @@ func Start(ctx context.Context, cfg Config) (*Cell, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// nodeConfig returns the configuration of node i (0-based), whose Raft
+// transport listens on raftAddr; member sets how it starts.
+func (c *Cell) nodeConfig(i int, raftAddr string, member func(*node.Config)) node.Config {
+	nc := node.DefaultConfig()
+	nc.NodeID = uint64(i + 1)
+	nc.DataDir = filepath.Join(c.cfg.Dir, fmt.Sprintf("node-%d", i+1))
+	nc.RaftAddr = raftAddr
+	nc.GRPCAddr = "127.0.0.1:0"
+	nc.HTTPAddr = ""
+	nc.Shards = uint32(c.cfg.Shards)
+	nc.RTT = 10 * time.Millisecond
+	nc.LogDBMemory = "tiny"
+	nc.Logger = c.cfg.Logger.With(zap.Uint64("node", nc.NodeID))
+	member(&nc)
+	if c.cfg.Tune != nil {
+		c.cfg.Tune(&nc)
+	}
+	return nc
+}
+
+// restore restores the backup file at path into nc's data directory.
+func restore(path string, nc node.Config) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("localcell: %w", err)
+	}
+	defer f.Close()
+	if _, err := node.Restore(nc.DataDir, f, nc.Logger); err != nil {
+		return fmt.Errorf("localcell: node %d: %w", nc.NodeID, err)
+	}
+	return nil
+}
+
+// StartNewNode starts one more node, with the next ID, as a joining
+// member: its shards stay empty until the cell adds it (Admin.AddMember)
+// and their leaders bring them up to date. It returns the node's index.
+func (c *Cell) StartNewNode() (int, error) {
+	ports, err := FreePorts(1)
+	if err != nil {
+		return 0, err
+	}
+	i := len(c.cfgs)
+	c.cfgs = append(c.cfgs, c.nodeConfig(i, fmt.Sprintf("127.0.0.1:%d", ports[0]), func(nc *node.Config) { nc.Join = true }))
+	c.nodes = append(c.nodes, nil)
+	if err := c.startNode(i); err != nil {
+		c.cfgs, c.nodes = c.cfgs[:i], c.nodes[:i]
+		return 0, err
+	}
+	return i, nil
 }
 
 // FreePorts returns n distinct free TCP ports on 127.0.0.1.

@@ -30,7 +30,9 @@ type Config struct {
 	// InitialMembers maps node IDs to Raft addresses for a new cell. Empty:
 	// a one-node cell of this node. Ignored on restart.
 	InitialMembers map[uint64]string
-	// Join starts this node as a new member of an existing cell.
+	// Join starts this node as a new member of an existing cell: its
+	// shards wait, empty, until the cell adds the node (Admin.AddMember)
+	// and their leaders bring them up to date. Ignored on restart.
 	Join bool
 	// Shards is the cell's shard count, fixed when the cell is created.
 	Shards uint32
@@ -107,7 +109,9 @@ func (c Config) Validate() error {
 	if c.ProposalTimeout <= 0 {
 		add("node: ProposalTimeout must be positive")
 	}
-	if len(c.InitialMembers) > 0 && !c.Join {
+	if len(c.InitialMembers) > 0 && c.Join {
+		add("node: a joining node takes no InitialMembers: the cell it joins has its members")
+	} else if len(c.InitialMembers) > 0 {
 		if a, ok := c.InitialMembers[c.NodeID]; !ok {
 			add("node: InitialMembers does not include this node (%d)", c.NodeID)
 		} else if a != c.RaftAddr {
@@ -129,7 +133,8 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// members returns the initial members, defaulting to this node alone.
+// members returns the initial members of a new cell, defaulting to this
+// node alone; none for a joining node.
 func (c Config) members() map[uint64]string {
 	if len(c.InitialMembers) > 0 || c.Join {
 		return c.InitialMembers

@@ -1,12 +1,13 @@
 // Package node runs one cell store node: a Dragonboat NodeHost holding a
 // replica of every shard, each an on-disk state machine on Pebble
 // (cellstore/statemachine), the watch hub fed by those replicas, the gRPC
-// store service, and an HTTP endpoint for health and Prometheus metrics.
+// store and admin services, and an HTTP endpoint for health and Prometheus
+// metrics. Membership changes are in members.go, backup and restore in
+// backup.go.
 package node
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -37,6 +38,7 @@ type Node struct {
 	cfg      Config
 	log      *zap.Logger
 	nh       *dragonboat.NodeHost
+	backend  *raftBackend
 	hub      *watch.Hub
 	registry *prometheus.Registry
 
@@ -51,11 +53,6 @@ type Node struct {
 	closeOnce  sync.Once
 }
 
-// cellMeta is what a node's data directory records about its cell.
-type cellMeta struct {
-	Shards uint32 `json:"shards"`
-}
-
 // Start starts a store node. It returns once the node serves gRPC; shards
 // may still be electing leaders (see WaitReady).
 func Start(cfg Config) (*Node, error) {
@@ -65,8 +62,12 @@ func Start(cfg Config) (*Node, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, err
 	}
-	if err := checkCellMeta(cfg.DataDir, cfg.Shards); err != nil {
+	meta, err := checkCellMeta(cfg.DataDir, cfg.Shards)
+	if err != nil {
 		return nil, err
+	}
+	if m := cfg.members(); meta.Restored && (len(m) != 1 || m[cfg.NodeID] == "") {
+		return nil, fmt.Errorf("node: %s holds a restored cell, which starts with this node alone; add the others with AddMember (troupe store members add)", cfg.DataDir)
 	}
 	quietenDragonboat()
 	wcfg := cfg.Watch
@@ -76,8 +77,14 @@ func Start(cfg Config) (*Node, error) {
 	if err := n.startRaft(); err != nil {
 		return nil, err
 	}
+	if meta.Restored {
+		if err := n.compactRestored(); err != nil {
+			n.Close()
+			return nil, err
+		}
+	}
 	if err := n.startGRPC(); err != nil {
-		n.nh.Close()
+		n.Close()
 		return nil, err
 	}
 	if err := n.startHTTP(); err != nil {
@@ -87,28 +94,6 @@ func Start(cfg Config) (*Node, error) {
 	n.log.Info("store node started", zap.Uint64("node", cfg.NodeID), zap.String("grpc", n.GRPCAddr()),
 		zap.String("raft", cfg.RaftAddr), zap.Uint32("shards", cfg.Shards))
 	return n, nil
-}
-
-// checkCellMeta records the shard count on first start and refuses to
-// start with another one later.
-func checkCellMeta(dir string, shards uint32) error {
-	path := filepath.Join(dir, "cell.json")
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		b, _ = json.Marshal(cellMeta{Shards: shards})
-		return os.WriteFile(path, b, 0o644)
-	}
-	if err != nil {
-		return err
-	}
-	var m cellMeta
-	if err := json.Unmarshal(b, &m); err != nil {
-		return fmt.Errorf("node: %s: %w", path, err)
-	}
-	if m.Shards != shards {
-		return fmt.Errorf("node: the cell in %s was created with %d shards, not %d; the shard count cannot change", dir, m.Shards, shards)
-	}
-	return nil
 }
 
 func (n *Node) startRaft() error {
@@ -128,7 +113,7 @@ func (n *Node) startRaft() error {
 	for id, addr := range cfg.members() {
 		members[id] = addr
 	}
-	smCfg := statemachine.Config{Dir: filepath.Join(cfg.DataDir, "state"), Logger: n.log, Observer: n.hub}
+	smCfg := statemachine.Config{Dir: stateDir(cfg.DataDir), Logger: n.log, Observer: n.hub}
 	sessions := make([]*client.Session, cfg.Shards)
 	for i := range cfg.Shards {
 		rc := dbconfig.Config{
@@ -140,6 +125,9 @@ func (n *Node) startRaft() error {
 			PreVote:            true,
 			SnapshotEntries:    cfg.SnapshotEntries,
 			CompactionOverhead: cfg.CompactionOverhead,
+			// Membership changes name the membership they change
+			// (members.go), so concurrent ones cannot both apply.
+			OrderedConfigChange: true,
 		}
 		create := func(uint64, uint64) sm.IOnDiskStateMachine {
 			m := statemachine.New(smCfg, i)
@@ -149,13 +137,21 @@ func (n *Node) startRaft() error {
 			n.mu.Unlock()
 			return m
 		}
-		if err := nh.StartOnDiskReplica(members, cfg.Join, create, rc); err != nil {
+		// A replica that exists already restarts as Dragonboat recorded it:
+		// how it was created, whether as an initial member or by joining,
+		// no longer matters.
+		initial, join := members, cfg.Join
+		if nh.HasNodeInfo(rc.ShardID, rc.ReplicaID) {
+			initial, join = nil, false
+		}
+		if err := nh.StartOnDiskReplica(initial, join, create, rc); err != nil {
 			nh.Close()
 			return fmt.Errorf("node: start shard %d: %w", i, err)
 		}
 		sessions[i] = nh.GetNoOPSession(shardID(i))
 	}
 	backend := &raftBackend{nh: nh, n: n, sessions: sessions}
+	n.backend = backend
 	n.stop = make(chan struct{})
 	for i := range cfg.Shards {
 		pr := newProposer(backend, i, cfg.Server.MaxInflight, n.stop)
@@ -173,6 +169,7 @@ func (n *Node) startRaft() error {
 	}
 	n.grpcServer = grpc.NewServer(grpc.MaxRecvMsgSize(cfg.Server.Limits.MaxRequestBytes + 64<<10))
 	storev1.RegisterStoreServer(n.grpcServer, srv)
+	storev1.RegisterAdminServer(n.grpcServer, server.NewAdmin(srv, backend))
 	n.registry.MustRegister(&raftCollector{n: n}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return nil
 }
@@ -248,6 +245,9 @@ func (n *Node) WaitReady(ctx context.Context) error {
 	}
 }
 
+// stateDir holds a node's state machines, one subdirectory per shard.
+func stateDir(dataDir string) string { return filepath.Join(dataDir, "state") }
+
 // Registry is the node's metrics registry, served at /metrics; a
 // process embedding the node adds its own collectors to it.
 func (n *Node) Registry() *prometheus.Registry { return n.registry }
@@ -262,6 +262,9 @@ func (n *Node) HTTPAddr() string {
 	}
 	return n.httpLis.Addr().String()
 }
+
+// RaftAddr is the address the node's Raft transport listens on.
+func (n *Node) RaftAddr() string { return n.cfg.RaftAddr }
 
 // ID is the node's replica ID.
 func (n *Node) ID() uint64 { return n.cfg.NodeID }

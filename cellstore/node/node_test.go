@@ -134,6 +134,7 @@ func TestConfigValidate(t *testing.T) {
 		"logdb":      {func(c *Config) { c.LogDBMemory = "huge" }, "LogDBMemory"},
 		"members":    {func(c *Config) { c.InitialMembers = map[uint64]string{2: "127.0.0.1:1"} }, "does not include this node"},
 		"member adr": {func(c *Config) { c.InitialMembers = map[uint64]string{1: "127.0.0.1:1"} }, "gives node 1 the address"},
+		"join":       {func(c *Config) { c.Join = true; c.InitialMembers = map[uint64]string{1: c.RaftAddr} }, "joining node takes no InitialMembers"},
 		"inflight":   {func(c *Config) { c.Shards = 8; c.Server.MaxInflight = 4 }, "MaxInflight"},
 		"limits":     {func(c *Config) { c.Server.Limits.MaxValueBytes = 0 }, "MaxValueBytes"},
 	} {

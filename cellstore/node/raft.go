@@ -76,8 +76,8 @@ func (b *raftBackend) attempt(ctx context.Context, fn func(ctx context.Context) 
 		if err == nil || ctx.Err() != nil || !retryable(err) {
 			return err
 		}
-		if errors.Is(err, dragonboat.ErrShardNotReady) {
-			select { // no leader yet: give the election a moment
+		if errors.Is(err, dragonboat.ErrShardNotReady) || errors.Is(err, errWait) {
+			select { // no leader yet, or a change under way: give it a moment
 			case <-time.After(b.n.cfg.RTT):
 			case <-ctx.Done():
 				return err
@@ -86,9 +86,12 @@ func (b *raftBackend) attempt(ctx context.Context, fn func(ctx context.Context) 
 	}
 }
 
+// errWait tells attempt that what fn waits for has not happened yet.
+var errWait = errors.New("node: not yet")
+
 // retryable reports whether a Dragonboat error may go away on retry.
 func retryable(err error) bool {
-	return errors.Is(err, dragonboat.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||
+	return errors.Is(err, errWait) || errors.Is(err, dragonboat.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, dragonboat.ErrShardNotReady) || errors.Is(err, dragonboat.ErrAborted) ||
 		errors.Is(err, dragonboat.ErrRejected)
 }

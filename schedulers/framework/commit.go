@@ -79,6 +79,9 @@ type Result struct {
 	// is exact in Coarse mode and a lower bound in Fine mode (others may
 	// have added too), the version is the commit's revision.
 	Counters []CounterWrite
+	// TaskVersions are the versions of the committed placements' tasks
+	// after the commit, by task key.
+	TaskVersions map[string]uint64
 }
 
 // CounterWrite is a counter's value and version after a commit.
@@ -113,7 +116,7 @@ type Conflicted struct {
 // committed by earlier requests of the plan stay committed, and the
 // Result returned with the error lists them).
 func CommitPlan(ctx context.Context, s clientlib.Store, plan *Plan, modes Modes, scheduler string, now time.Time) (*Result, error) {
-	res := &Result{}
+	res := &Result{TaskVersions: map[string]uint64{}}
 	groups := groupPlacements(plan.Placements, modes)
 	written := map[string]*CounterWrite{}
 	for len(groups) > 0 {
@@ -206,6 +209,9 @@ func commitGroups(ctx context.Context, s clientlib.Store, groups [][]Placement, 
 			continue
 		}
 		res.Committed = append(res.Committed, members...)
+		for _, p := range members {
+			res.TaskVersions[p.Task.Key] = g.VersionOf(p.Task.Key)
+		}
 		m := members[0].Machine
 		for r, delta := range deltas[i] {
 			key := clientlib.AllocKey(m.Name, r)

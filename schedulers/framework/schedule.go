@@ -133,7 +133,7 @@ func (s *scheduling) place(t *Task) (*Machine, int64, *Status) {
 			}
 			r := reasons[st.Plugin]
 			if r.count == 0 {
-				r.example = strings.Join(st.Reasons, "; ")
+				r.example = strings.Join(st.Explain(), "; ")
 			}
 			r.count++
 			reasons[st.Plugin] = r

@@ -25,11 +25,28 @@ type Status struct {
 	Code    Code
 	Plugin  string
 	Reasons []string
+	// explain works the reasons out when they are first asked for.
+	explain func() []string
 }
 
 // NewStatus returns a status of code from plugin with reasons.
 func NewStatus(code Code, plugin string, reasons ...string) *Status {
 	return &Status{Code: code, Plugin: plugin, Reasons: reasons}
+}
+
+// Explained returns a status of code from plugin whose reasons explain
+// works out only when they are asked for (Explain): a filter refuses most
+// machines of a full cell, and a decision reads one reason per plugin.
+func Explained(code Code, plugin string, explain func() []string) *Status {
+	return &Status{Code: code, Plugin: plugin, explain: explain}
+}
+
+// Explain returns the status's reasons.
+func (s *Status) Explain() []string {
+	if s.explain != nil {
+		s.Reasons, s.explain = s.explain(), nil
+	}
+	return s.Reasons
 }
 
 // IsSuccess reports whether s is nil or Success.
@@ -43,7 +60,7 @@ func (s *Status) String() string {
 	if s.Code == Error {
 		kind = "error"
 	}
-	return fmt.Sprintf("%s (%s): %s", kind, s.Plugin, strings.Join(s.Reasons, "; "))
+	return fmt.Sprintf("%s (%s): %s", kind, s.Plugin, strings.Join(s.Explain(), "; "))
 }
 
 // Machine is one machine as a decision sees it. The scheduler fills it

@@ -188,7 +188,7 @@ func (s *Scheduler) assume(res *framework.Result) {
 		if s.assumed[p.Task.Job] == nil {
 			s.assumed[p.Task.Job] = map[string]assumed{}
 		}
-		s.assumed[p.Task.Job][p.Task.Key] = assumed{version: p.Task.Task.GetMetadata().GetVersion() + 1, machine: p.Machine.Name}
+		s.assumed[p.Task.Job][p.Task.Key] = assumed{version: res.TaskVersions[p.Task.Key], machine: p.Machine.Name}
 	}
 }
 

@@ -131,6 +131,17 @@ func (v *MachineView) publish(name string) {
 	v.machines = append(v.machines, fm)
 }
 
+// Machine returns the view of machine name (nil when it is not
+// registered).
+func (v *MachineView) Machine(name string) *framework.Machine {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if i, ok := v.index[name]; ok {
+		return v.machines[i]
+	}
+	return nil
+}
+
 // Snapshot returns the machines for one decision of job, with jobTasks
 // (the job's tasks per machine) filled into copies of the machines that
 // have some.

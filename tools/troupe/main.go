@@ -1,7 +1,7 @@
 // Command troupe is Troupe's single binary: every role and the CLI.
 //
 //	troupe up       run a whole cell in one process
-//	troupe store    run one cell store node
+//	troupe store    run one cell store node; store members|backup|restore
 //	troupe agent    run a machine's node agent (or hollow machines)
 //	troupe scheduler  run scheduler instances
 //	troupe controller run the job, node-lifecycle and gc controllers
@@ -29,7 +29,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"up", "run a whole cell in one process", runUp},
-		{"store", "run one cell store node", runStore},
+		{"store", "run one cell store node; store members|backup|restore FLAGS", runStore},
 		{"agent", "run a machine's node agent (or --hollow simulated ones)", runAgent},
 		{"scheduler", "run scheduler instances (batch, service, gang)", runScheduler},
 		{"controller", "run the job, node-lifecycle and gc controllers", runController},

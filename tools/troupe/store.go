@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -33,7 +34,18 @@ func newLogger(level string) (*zap.Logger, error) {
 	return cfg.Build()
 }
 
+// runStore runs one store node, or one of the store's operations.
 func runStore(args []string) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "members":
+			return runMembers(args[1:])
+		case "backup":
+			return runBackup(args[1:])
+		case "restore":
+			return runRestore(args[1:])
+		}
+	}
 	cfg := node.DefaultConfig()
 	fs := flag.NewFlagSet("store", flag.ContinueOnError)
 	fs.Uint64Var(&cfg.NodeID, "node-id", cfg.NodeID, "this node's ID in the cell (non-zero)")
@@ -42,8 +54,8 @@ func runStore(args []string) error {
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "host:port clients reach the store at")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "host:port for /healthz and /metrics (empty: off)")
 	members := fs.String("initial-members", "", "a new cell's members, ID=RAFTADDR,... (default: this node alone)")
-	fs.BoolVar(&cfg.Join, "join", false, "join an existing cell as a new member")
-	shards := fs.Uint("shards", uint(cfg.Shards), "shard count, fixed when the cell is created")
+	join := fs.String("join", "", "join the cell the store node at this gRPC address serves, as a new member")
+	shards := fs.Uint("shards", 0, "shard count, fixed when the cell is created (default: the data directory's, the joined cell's, or 1)")
 	fs.DurationVar(&cfg.RTT, "rtt", cfg.RTT, "network round trip that Raft timing is counted in")
 	fs.Uint64Var(&cfg.SnapshotEntries, "snapshot-entries", cfg.SnapshotEntries, "Raft entries between snapshots")
 	fs.StringVar(&cfg.LogDBMemory, "logdb-memory", cfg.LogDBMemory, "Raft log store memory: tiny, small, medium, large")
@@ -57,11 +69,14 @@ func runStore(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	cfg.Shards = uint32(*shards)
 	var err error
 	if cfg.InitialMembers, err = node.ParseMembers(*members); err != nil {
 		return err
 	}
+	if cfg.Shards, err = storeShards(cfg.DataDir, uint32(*shards), *join); err != nil {
+		return err
+	}
+	cfg.Join = *join != ""
 	if cfg.Logger, err = newLogger(*level); err != nil {
 		return err
 	}
@@ -71,6 +86,11 @@ func runStore(args []string) error {
 		return err
 	}
 	defer n.Close()
+	if cfg.Join {
+		if err := joinCell(*join, cfg); err != nil {
+			return err
+		}
+	}
 	fmt.Printf("troupe store node %d: gRPC %s, Raft %s, health and metrics http://%s/healthz /metrics, data in %s\n",
 		cfg.NodeID, n.GRPCAddr(), cfg.RaftAddr, n.HTTPAddr(), cfg.DataDir)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -80,20 +100,62 @@ func runStore(args []string) error {
 	return nil
 }
 
-func runStatus(args []string) error {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	endpoint := fs.String("endpoint", "127.0.0.1:7000", "store node gRPC address")
-	timeout := fs.Duration("timeout", 5*time.Second, "request timeout")
-	if err := fs.Parse(args); err != nil {
-		return err
+// storeShards picks a node's shard count: the one given, else the one its
+// data directory records, else 1; a new member takes its cell's, and
+// refuses to start with another.
+func storeShards(dataDir string, given uint32, join string) (uint32, error) {
+	recorded, err := node.CellShards(dataDir)
+	if err != nil {
+		return 0, err
 	}
-	conn, err := grpc.NewClient(*endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	want := cmp.Or(given, recorded)
+	if join == "" || recorded != 0 {
+		return cmp.Or(want, 1), nil // node.Start refuses a count that changed
+	}
+	conn, err := grpc.NewClient(join, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := storev1.NewStoreClient(conn).Status(ctx, &storev1.StatusRequest{})
+	if err != nil {
+		return 0, fmt.Errorf("join %s: %w", join, err)
+	}
+	if want != 0 && want != st.GetShardCount() {
+		return 0, fmt.Errorf("join %s: the cell has %d shards, not %d", join, st.GetShardCount(), want)
+	}
+	return st.GetShardCount(), nil
+}
+
+// joinCell asks the cell at endpoint to add the started node cfg
+// describes to every shard. Repeating it (a restart with --join) is
+// harmless.
+func joinCell(endpoint string, cfg node.Config) error {
+	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	resp, err := storev1.NewAdminClient(conn).AddMember(ctx, &storev1.AddMemberRequest{NodeId: cfg.NodeID, RaftAddress: cfg.RaftAddr, ShardCount: cfg.Shards})
+	if err != nil {
+		return fmt.Errorf("join %s: %w", endpoint, err)
+	}
+	fmt.Printf("troupe store node %d joined the cell at %s:\n", cfg.NodeID, endpoint)
+	return printMembers(resp.GetMembers())
+}
+
+func runStatus(args []string) error {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	conn, ctx, cancel, err := storeConn(fs, args, 5*time.Second)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	defer conn.Close()
 	st, err := storev1.NewStoreClient(conn).Status(ctx, &storev1.StatusRequest{})
 	if err != nil {
 		return err

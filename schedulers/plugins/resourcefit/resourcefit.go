@@ -44,19 +44,21 @@ func (*ResourceFit) Filter(t *framework.Task, m *framework.Machine) *framework.S
 	if fits {
 		return nil
 	}
-	var reasons []string
-	for _, r := range slices.Sorted(maps.Keys(t.Requests)) {
-		req := t.Requests[r]
-		if fit(r, req, m) {
-			continue
+	return framework.Explained(framework.Unschedulable, Name, func() []string {
+		var reasons []string
+		for _, r := range slices.Sorted(maps.Keys(t.Requests)) {
+			req := t.Requests[r]
+			if fit(r, req, m) {
+				continue
+			}
+			if _, ok := m.Capacity[r]; !ok {
+				reasons = append(reasons, fmt.Sprintf("machine has no %s: requested %d", r, req))
+				continue
+			}
+			reasons = append(reasons, fmt.Sprintf("insufficient %s: requested %d, free %d", r, req, m.Free(r)))
 		}
-		if _, ok := m.Capacity[r]; !ok {
-			reasons = append(reasons, fmt.Sprintf("machine has no %s: requested %d", r, req))
-			continue
-		}
-		reasons = append(reasons, fmt.Sprintf("insufficient %s: requested %d, free %d", r, req, m.Free(r)))
-	}
-	return framework.NewStatus(framework.Unschedulable, Name, reasons...)
+		return reasons
+	})
 }
 
 func fit(r string, req int64, m *framework.Machine) bool {

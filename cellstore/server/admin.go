@@ -1,0 +1,158 @@
+package server
+
+import (
+	"context"
+	"io"
+	"net"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
+)
+
+// Cluster is the membership and backup side of a store node; cellstore/node
+// implements it with Dragonboat. Its methods are safe for concurrent use
+// and return gRPC status errors.
+type Cluster interface {
+	// Members lists every shard's replicas, merged by node.
+	Members(ctx context.Context) ([]*storev1.Member, error)
+	// AddMember adds node id, reached at raftAddr, to every shard that
+	// lacks it.
+	AddMember(ctx context.Context, id uint64, raftAddr string) error
+	// RemoveMember removes node id from every shard that has it.
+	RemoveMember(ctx context.Context, id uint64) error
+	// Backup writes the state of shard at one revision, read after a
+	// ReadIndex, to w, and returns that revision.
+	Backup(ctx context.Context, shard uint32, w io.Writer) (uint64, error)
+}
+
+// backupChunkBytes bounds a BackupChunk's data, well within what a default
+// gRPC client accepts.
+const backupChunkBytes = 1 << 20
+
+// The Admin service's own errors, each defined once with its code.
+var (
+	errNoMemberID      = status.Error(codes.InvalidArgument, "member: node_id is required")
+	errNoMemberAddress = status.Error(codes.InvalidArgument, "member: raft_address must be host:port")
+	errShardsDiffer    = codes.FailedPrecondition // a node of another shard count cannot join
+)
+
+var _ storev1.AdminServer = (*Admin)(nil)
+
+// Admin implements storev1.AdminServer: the cell's membership and backups,
+// authorized through the Server's hook like every other request.
+type Admin struct {
+	storev1.UnimplementedAdminServer
+	s       *Server
+	cluster Cluster
+}
+
+// NewAdmin returns the Admin service of the node that s serves.
+func NewAdmin(s *Server, cluster Cluster) *Admin {
+	return &Admin{s: s, cluster: cluster}
+}
+
+// ListMembers implements storev1.AdminServer.
+func (a *Admin) ListMembers(ctx context.Context, _ *storev1.ListMembersRequest) (*storev1.ListMembersResponse, error) {
+	if err := a.s.admit(ctx, Access{Method: "ListMembers"}); err != nil {
+		return nil, err
+	}
+	ms, err := a.cluster.Members(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &storev1.ListMembersResponse{Members: ms, ShardCount: a.s.router.Shards()}, nil
+}
+
+// AddMember implements storev1.AdminServer.
+func (a *Admin) AddMember(ctx context.Context, req *storev1.AddMemberRequest) (*storev1.AddMemberResponse, error) {
+	if req.GetNodeId() == 0 {
+		return nil, errNoMemberID
+	}
+	if _, _, err := net.SplitHostPort(req.GetRaftAddress()); err != nil {
+		return nil, errNoMemberAddress
+	}
+	if n := req.GetShardCount(); n != 0 && n != a.s.router.Shards() {
+		return nil, errf(errShardsDiffer, "add member: node %d has %d shards, the cell %d; the shard count cannot change", req.GetNodeId(), n, a.s.router.Shards())
+	}
+	if err := a.s.admit(ctx, Access{Method: "AddMember", Write: true}); err != nil {
+		return nil, err
+	}
+	if err := a.cluster.AddMember(ctx, req.GetNodeId(), req.GetRaftAddress()); err != nil {
+		return nil, err
+	}
+	ms, err := a.cluster.Members(ctx)
+	return &storev1.AddMemberResponse{Members: ms}, err
+}
+
+// RemoveMember implements storev1.AdminServer.
+func (a *Admin) RemoveMember(ctx context.Context, req *storev1.RemoveMemberRequest) (*storev1.RemoveMemberResponse, error) {
+	if req.GetNodeId() == 0 {
+		return nil, errNoMemberID
+	}
+	if err := a.s.admit(ctx, Access{Method: "RemoveMember", Write: true}); err != nil {
+		return nil, err
+	}
+	if err := a.cluster.RemoveMember(ctx, req.GetNodeId()); err != nil {
+		return nil, err
+	}
+	ms, err := a.cluster.Members(ctx)
+	return &storev1.RemoveMemberResponse{Members: ms}, err
+}
+
+// Backup implements storev1.AdminServer: each shard in turn, cut into
+// chunks, the last with the shard's revision and checksum.
+func (a *Admin) Backup(_ *storev1.BackupRequest, stream storev1.Admin_BackupServer) error {
+	ctx := stream.Context()
+	if err := a.s.admit(ctx, Access{Method: "Backup"}); err != nil {
+		return err
+	}
+	for sh := range a.s.router.Shards() {
+		w := &chunkWriter{stream: stream, shards: a.s.router.Shards(), shard: sh}
+		rev, err := a.cluster.Backup(ctx, sh, w)
+		if err != nil {
+			return err
+		}
+		if err := w.send(true, rev); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// chunkWriter cuts one shard's backup into BackupChunks.
+type chunkWriter struct {
+	stream        storev1.Admin_BackupServer
+	shards, shard uint32
+	buf           []byte
+	crc           uint32
+}
+
+func (w *chunkWriter) Write(p []byte) (int, error) {
+	w.crc = storev1.UpdateBackupCRC(w.crc, p)
+	for n := 0; n < len(p); {
+		k := min(len(p)-n, backupChunkBytes-len(w.buf))
+		w.buf = append(w.buf, p[n:n+k]...)
+		n += k
+		if len(w.buf) == backupChunkBytes {
+			if err := w.send(false, 0); err != nil {
+				return n, err
+			}
+		}
+	}
+	return len(p), nil
+}
+
+// send sends the buffered data, as the shard's last chunk if last.
+func (w *chunkWriter) send(last bool, rev uint64) error {
+	c := &storev1.BackupChunk{ShardCount: w.shards, Shard: w.shard, Data: w.buf, Last: last}
+	if last {
+		c.Revision, c.Crc32C = rev, w.crc
+	}
+	if err := w.stream.Send(c); err != nil {
+		return status.Errorf(status.Code(err), "backup: shard %d: %v", w.shard, err)
+	}
+	w.buf = nil
+	return nil
+}

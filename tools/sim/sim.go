@@ -1,0 +1,620 @@
+// Package sim is Troupe's discrete-event simulator: the production
+// scheduler framework, plugins and commit code (schedulers/framework and
+// schedulers/profiles) deciding and committing against the store's own
+// transaction engine in memory (cellstore/memstore), under a virtual
+// clock. As in the Omega paper's simulator, a scheduler takes a job from
+// its queue, reads its snapshot of the cell when the decision starts,
+// spends a modelled decision time (framework.DecisionTime), and commits
+// when it ends, against the cell as it is then: parallel schedulers
+// conflict exactly as they would in a cell, and the losers retry.
+//
+//	arrivals ──► queues ──► decide (snapshot at start) ──► commit (at start + t_decision)
+//	                 ▲                                          │ conflicts, no fit
+//	                 └──────────────────────────────────────────┘
+//	task ends ──► release (counters given back) ──► waiting jobs wake
+//
+// The same seed gives the same run, bit for bit: one goroutine, a
+// seeded random source per scheduler, events ordered by (time, sequence).
+package sim
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/troupe-cluster/troupe/cellstore/memstore"
+	"github.com/troupe-cluster/troupe/clientlib"
+	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
+	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
+	"github.com/troupe-cluster/troupe/schedulers/framework"
+	"github.com/troupe-cluster/troupe/schedulers/profiles"
+	"github.com/troupe-cluster/troupe/schedulers/scheduler"
+)
+
+// epoch is the wall time virtual time 0 maps to, for the store's clock
+// and the objects' timestamps.
+var epoch = time.Date(2011, 5, 1, 0, 0, 0, 0, time.UTC)
+
+// SchedulerConfig is one simulated scheduler.
+type SchedulerConfig struct {
+	Name string
+	// Kind is a built-in profile (batch, service, gang); it serves the
+	// jobs whose Type is Kind's (gang serves batch jobs with a gang).
+	Kind string
+	// Serves is the job type the scheduler takes: JobBatch or JobService.
+	Serves JobType
+	// Partition and Partitions split the jobs it serves by hash among
+	// the schedulers that serve them (Partitions <= 1: all).
+	Partition, Partitions int
+	// Modes override the profile's commit modes when set.
+	Modes    *framework.Modes
+	Decision framework.DecisionTime
+}
+
+// Config is a simulation.
+type Config struct {
+	Machines   []Machine
+	Schedulers []SchedulerConfig
+	// MaxAttempts bounds the decisions about one job before it is
+	// abandoned (Omega: 1000).
+	MaxAttempts int
+	// Backoff is how long a job whose tasks fit nowhere waits before it
+	// is tried again (it also wakes when tasks end).
+	Backoff time.Duration
+	// Horizon ends the run (0: when the workload and the tasks are done).
+	Horizon time.Duration
+	Seed    uint64
+}
+
+// Validate says what is wrong with c.
+func (c Config) Validate() error {
+	var errs []error
+	if len(c.Machines) == 0 {
+		errs = append(errs, errors.New("sim: the cell has no machines"))
+	}
+	if len(c.Schedulers) == 0 {
+		errs = append(errs, errors.New("sim: no schedulers"))
+	}
+	if c.MaxAttempts <= 0 || c.Backoff <= 0 {
+		errs = append(errs, errors.New("sim: MaxAttempts and Backoff must be positive"))
+	}
+	names := map[string]bool{}
+	for _, s := range c.Schedulers {
+		if names[s.Name] {
+			errs = append(errs, fmt.Errorf("sim: scheduler %q twice", s.Name))
+		}
+		names[s.Name] = true
+	}
+	return errors.Join(errs...)
+}
+
+// Simulator runs one simulation. It is not safe for concurrent use.
+type Simulator struct {
+	cfg    Config
+	now    time.Duration
+	seq    uint64
+	events eventQueue
+	store  *memstore.Store
+	view   *scheduler.MachineView
+	scheds []*simScheduler
+	jobs   map[string]*jobState // by "<ns>/<name>"
+	order  []*jobState          // in submission order
+	// waiting are the jobs whose tasks fit nowhere, in the order they
+	// started waiting; a task's end wakes them all.
+	waiting []*jobState
+	bound   map[string]map[string]int // machine → job → tasks bound
+	// runningOn caches preemption's view of a machine until its tasks
+	// change.
+	runningOn map[string][]*framework.Running
+	// cpuUsed is the CPU allocated now; cpuTime integrates it.
+	cpuUsed       int64
+	cpuTime       float64 // millicore-seconds
+	cpuTotal      int64
+	lastIntegrate time.Duration
+	// capacity of every machine counter: the run fails the moment one is
+	// exceeded (conservation).
+	capacity map[string]int64
+	stats    *Stats
+	err      error
+}
+
+// jobState is a job the simulator follows.
+type jobState struct {
+	job   Job
+	key   string // "<ns>/<name>"
+	tasks []*troupev1.Task
+	// runs counts each task's placements, so that the end of a run that
+	// was preempted is told apart from the end of the current one.
+	runs     []int
+	sched    *simScheduler
+	attempts int
+	queued   bool          // in its scheduler's queue
+	waiting  bool          // fits nowhere; tried again after Backoff or when capacity is released
+	first    time.Duration // first decision started (-1: none yet)
+	done     bool          // every task placed, or abandoned
+}
+
+// New returns a simulator of cfg.
+func New(cfg Config) (*Simulator, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Simulator{cfg: cfg, view: scheduler.NewMachineView(), jobs: map[string]*jobState{}, bound: map[string]map[string]int{},
+		runningOn: map[string][]*framework.Running{},
+		stats: newStats(cfg.Schedulers), capacity: map[string]int64{}}
+	for _, m := range cfg.Machines {
+		s.cpuTotal += m.CPU
+		s.capacity[clientlib.AllocKey(m.Name, "cpu")], s.capacity[clientlib.AllocKey(m.Name, "memory")] = m.CPU, m.Memory
+	}
+	s.store = memstore.New(func() time.Time { return epoch.Add(s.now) }, time.Minute)
+	s.store.Observe(s.observe)
+	for i, sc := range cfg.Schedulers {
+		prof, modes, err := profiles.New(sc.Kind, rand.New(rand.NewPCG(cfg.Seed, uint64(i))))
+		if err != nil {
+			return nil, fmt.Errorf("sim: scheduler %s: %w", sc.Name, err)
+		}
+		if sc.Modes != nil {
+			modes = *sc.Modes
+		}
+		s.scheds = append(s.scheds, &simScheduler{cfg: sc, profile: prof, modes: modes, index: i})
+	}
+	if err := s.register(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// register creates the cell's machines in the store.
+func (s *Simulator) register() error {
+	const per = 500
+	for i := 0; i < len(s.cfg.Machines); i += per {
+		tx := clientlib.NewTxn(s.store)
+		for _, m := range s.cfg.Machines[i:min(i+per, len(s.cfg.Machines))] {
+			clientlib.PutObject(tx.Group(), clientlib.Machines, &troupev1.Machine{
+				Metadata: &troupev1.ObjectMeta{Name: m.Name, Labels: m.Labels},
+				Spec:     &troupev1.MachineSpec{Capacity: map[string]int64{"cpu": m.CPU, "memory": m.Memory}},
+				Status:   &troupev1.MachineStatus{Phase: troupev1.MachinePhase_MACHINE_PHASE_READY},
+			})
+		}
+		if err := commit(tx); err != nil {
+			return fmt.Errorf("sim: register machines: %w", err)
+		}
+	}
+	return nil
+}
+
+// commit commits tx and fails on any failed group: the simulator's own
+// writes (submissions, releases) never conflict.
+func commit(tx *clientlib.Txn) error {
+	out, err := tx.Commit(context.Background())
+	if err != nil {
+		return err
+	}
+	return out.Err()
+}
+
+// observe keeps the machine view current from the store's change sets,
+// as a scheduler's cache follows a watch.
+func (s *Simulator) observe(cs *storev1.ChangeSet) {
+	for _, ev := range cs.GetEvents() {
+		kv := ev.GetKv()
+		switch k := kv.GetKey(); {
+		case len(k) > len(clientlib.AllocPrefix) && k[:len(clientlib.AllocPrefix)] == clientlib.AllocPrefix:
+			if ev.GetType() == storev1.EventType_EVENT_TYPE_DELETE {
+				s.view.DeleteCounter(k)
+				continue
+			}
+			c, err := clientlib.DecodeCounter(k, kv.GetValue(), kv.GetVersion())
+			if err != nil {
+				s.fail(err)
+				continue
+			}
+			if limit, ok := s.capacity[k]; ok && c.GetValue() > limit {
+				s.fail(fmt.Errorf("sim: at %v %s is %d, over the machine's capacity %d", s.now, k, c.GetValue(), limit))
+			}
+			s.view.SetCounter(k, c.GetValue(), kv.GetVersion())
+		case len(k) > len(clientlib.Machines.Prefix) && k[:len(clientlib.Machines.Prefix)] == clientlib.Machines.Prefix:
+			m, err := clientlib.Decode(clientlib.Machines, kv.GetValue(), kv.GetVersion())
+			if err != nil {
+				s.fail(err)
+				continue
+			}
+			s.view.SetMachine(m)
+		}
+	}
+}
+
+func (s *Simulator) fail(err error) {
+	if s.err == nil {
+		s.err = err
+	}
+}
+
+// Run simulates until the workload is exhausted and every task has ended
+// (or Horizon), and returns the measures.
+func (s *Simulator) Run(jobs Source) (*Stats, error) {
+	next, err := jobs.Next()
+	if err != nil && !errors.Is(err, ErrEnd) {
+		return nil, err
+	}
+	if err == nil {
+		s.at(next.Submit, func() { s.arrive(next, jobs) })
+	}
+	for s.events.Len() > 0 && s.err == nil {
+		ev := heap.Pop(&s.events).(*event)
+		if s.cfg.Horizon > 0 && ev.at > s.cfg.Horizon {
+			break
+		}
+		s.integrate(ev.at)
+		s.now = ev.at
+		ev.fn()
+	}
+	if s.err != nil {
+		return nil, s.err
+	}
+	s.stats.finish(s.now, s.order)
+	if s.now > 0 {
+		s.stats.CPUUtilisation = s.cpuTime / (float64(s.cpuTotal) * s.now.Seconds())
+	}
+	return s.stats, nil
+}
+
+// integrate accounts the CPU allocated until t.
+func (s *Simulator) integrate(t time.Duration) {
+	s.cpuTime += float64(s.cpuUsed) * (t - s.lastIntegrate).Seconds()
+	s.lastIntegrate = t
+}
+
+// at schedules fn at virtual time t.
+func (s *Simulator) at(t time.Duration, fn func()) {
+	s.seq++
+	heap.Push(&s.events, &event{at: max(t, s.now), seq: s.seq, fn: fn})
+}
+
+// arrive submits job: its tasks are created pending, and its scheduler
+// queues it. The next arrival is read and scheduled.
+func (s *Simulator) arrive(job Job, jobs Source) {
+	if err := s.submit(job); err != nil {
+		s.fail(err)
+		return
+	}
+	next, err := jobs.Next()
+	switch {
+	case errors.Is(err, ErrEnd):
+	case err != nil:
+		s.fail(err)
+	default:
+		s.at(next.Submit, func() { s.arrive(next, jobs) })
+	}
+}
+
+// submit creates job's tasks and queues the job for its scheduler.
+func (s *Simulator) submit(job Job) error {
+	js := &jobState{job: job, key: "sim/" + job.ID, first: -1}
+	sched := s.schedulerFor(job)
+	if sched == nil {
+		return fmt.Errorf("sim: no scheduler serves %s job %s", job.Type, job.ID)
+	}
+	js.sched = sched
+	tx := clientlib.NewTxn(s.store)
+	for _, t := range job.Tasks {
+		task := &troupev1.Task{
+			Metadata: &troupev1.ObjectMeta{Name: clientlib.TaskName(job.ID, t.Index), Namespace: "sim"},
+			Spec: &troupev1.TaskSpec{Job: job.ID, Index: t.Index, Type: job.Type.proto(), Priority: job.Priority, Scheduler: sched.cfg.Kind,
+				Constraints: &troupev1.Constraints{DistinctMachines: job.DistinctMachines}, Submitted: timestampAt(s.now),
+				Template: &troupev1.TaskTemplate{Command: "sim", Requests: map[string]int64{"cpu": t.CPU, "memory": t.Memory}}},
+			Status: &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_PENDING},
+		}
+		clientlib.PutObject(tx.Group(), clientlib.Tasks, task)
+		js.tasks = append(js.tasks, task)
+		js.runs = append(js.runs, 0)
+	}
+	out, err := tx.Commit(context.Background())
+	if err != nil {
+		return fmt.Errorf("sim: submit job %s: %w", job.ID, err)
+	}
+	if err := out.Err(); err != nil {
+		return fmt.Errorf("sim: submit job %s: %w", job.ID, err)
+	}
+	for i, g := range out.Groups {
+		js.tasks[i].Metadata.Version = g.Revision
+	}
+	s.jobs[js.key] = js
+	s.order = append(s.order, js)
+	s.stats.submitted(sched.index, len(job.Tasks))
+	s.enqueue(js)
+	return nil
+}
+
+// schedulerFor returns the scheduler that takes job: among those serving
+// its type, the one whose partition its hash falls in.
+func (s *Simulator) schedulerFor(job Job) *simScheduler {
+	var serving []*simScheduler
+	for _, sc := range s.scheds {
+		if sc.cfg.Serves == job.Type {
+			serving = append(serving, sc)
+		}
+	}
+	if len(serving) == 0 {
+		return nil
+	}
+	h := fnv.New32a()
+	h.Write([]byte(job.ID))
+	return serving[int(h.Sum32()%uint32(len(serving)))]
+}
+
+// enqueue puts js in its scheduler's queue and starts a decision if the
+// scheduler is idle.
+func (s *Simulator) enqueue(js *jobState) {
+	if js.queued || js.done {
+		return
+	}
+	js.queued, js.waiting = true, false
+	sc := js.sched
+	sc.queue = append(sc.queue, js)
+	if !sc.busy {
+		s.decide(sc)
+	}
+}
+
+// decide starts sc's next decision: the job at the head of its queue is
+// decided on the cell as it is now, and committed after the decision
+// time.
+func (s *Simulator) decide(sc *simScheduler) {
+	if len(sc.queue) == 0 {
+		sc.busy = false
+		return
+	}
+	js := sc.queue[0]
+	sc.queue = sc.queue[1:]
+	js.queued = false
+	pending := js.pending()
+	if len(pending) == 0 {
+		s.decide(sc)
+		return
+	}
+	if js.first < 0 {
+		js.first = s.now
+		s.stats.waited(sc.index, s.now-js.job.Submit)
+	}
+	js.attempts++
+	sc.busy = true
+	snap := &framework.Snapshot{Machines: s.view.Snapshot(s.jobTasks(js), js.key), Running: s.running}
+	plan := framework.Schedule(sc.profile, snap, pending)
+	took := sc.cfg.Decision.For(len(pending))
+	start := s.now
+	s.at(s.now+took, func() { s.finishDecision(sc, js, plan, start) })
+}
+
+// finishDecision commits plan, at the end of its decision time.
+func (s *Simulator) finishDecision(sc *simScheduler, js *jobState, plan *framework.Plan, start time.Duration) {
+	s.stats.busy(sc.index, start, s.now)
+	if sc.modes.Txn == framework.AllOrNothing && len(plan.Failures) > 0 {
+		plan = &framework.Plan{Failures: plan.Failures} // a gang is placed whole or not at all
+	}
+	res, err := framework.CommitPlan(context.Background(), s.store, plan, sc.modes, sc.cfg.Name, epoch.Add(s.now))
+	if err != nil {
+		s.fail(fmt.Errorf("sim: commit of job %s: %w", js.job.ID, err))
+		return
+	}
+	s.stats.committed(sc.index, len(res.Committed), len(res.Conflicted), len(plan.Failures))
+	for _, p := range res.Committed {
+		s.placed(js, p, res)
+	}
+	switch {
+	case len(js.pending()) == 0:
+		js.done = true
+	case js.attempts >= s.cfg.MaxAttempts:
+		js.done = true
+		s.stats.abandoned(sc.index)
+	case len(res.Conflicted) > 0:
+		// Conflicts are retried at once, ahead of the queue (Omega).
+		sc.queue = append([]*jobState{js}, sc.queue...)
+		js.queued = true
+	default:
+		js.waiting = true
+		s.waiting = append(s.waiting, js)
+		s.at(s.now+s.cfg.Backoff, func() {
+			if js.waiting {
+				s.enqueue(js)
+			}
+		})
+	}
+	s.decide(sc)
+}
+
+// placed records a committed placement: its victims go back to pending
+// (their jobs queued again), the task is bound, and it ends after its
+// duration.
+func (s *Simulator) placed(js *jobState, p framework.Placement, res *framework.Result) {
+	version := res.TaskVersions[p.Task.Key] // one shard: the whole commit's revision
+	for _, v := range p.Victims {
+		victim, i := s.jobs[v.Job], v.Task.GetSpec().GetIndex()
+		t := victim.replace(i)
+		s.unbound(victim, i, t.GetBinding().GetMachine())
+		t.Binding = nil
+		t.Status = &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_PENDING, Reason: "preempted by " + p.Task.Key}
+		t.Metadata.Version = version
+		victim.runs[i]++ // its end event is void now
+		victim.done = false
+		s.stats.preempted(victim.sched.index)
+		s.enqueue(victim)
+	}
+	i := p.Task.Task.GetSpec().GetIndex()
+	t := js.replace(i)
+	t.Binding = &troupev1.TaskBinding{Machine: p.Machine.Name}
+	t.Status = &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_BOUND}
+	t.Metadata.Version = version
+	if s.bound[p.Machine.Name] == nil {
+		s.bound[p.Machine.Name] = map[string]int{}
+	}
+	s.bound[p.Machine.Name][js.key]++
+	delete(s.runningOn, p.Machine.Name)
+	s.cpuUsed += js.job.Tasks[i].CPU
+	js.runs[i]++
+	if d := js.job.Tasks[i].Duration; d > 0 {
+		run := js.runs[i]
+		s.at(s.now+d, func() {
+			if js.runs[i] == run {
+				s.end(js, i)
+			}
+		})
+	}
+}
+
+// unbound forgets that task i of js runs on machine m.
+func (s *Simulator) unbound(js *jobState, i int32, m string) {
+	if s.bound[m][js.key]--; s.bound[m][js.key] == 0 {
+		delete(s.bound[m], js.key)
+	}
+	delete(s.runningOn, m)
+	s.cpuUsed -= js.job.Tasks[i].CPU
+}
+
+// end finishes task i of js: its binding goes, its requests are given
+// back, and the schedulers' waiting jobs wake.
+func (s *Simulator) end(js *jobState, i int32) {
+	t := js.tasks[i]
+	m := t.GetBinding().GetMachine()
+	tx := clientlib.NewTxn(s.store)
+	g := tx.Group()
+	done := clientlib.Unbind(g, t)
+	done.Status = &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_SUCCEEDED, Machine: m}
+	clientlib.PutObject(g, clientlib.Tasks, done)
+	out, err := tx.Commit(context.Background())
+	if err == nil {
+		err = out.Err()
+	}
+	if err != nil {
+		s.fail(fmt.Errorf("sim: end task %d of %s: %w", i, js.job.ID, err))
+		return
+	}
+	done.Metadata.Version = out.Groups[0].Revision
+	js.tasks[i] = done
+	s.unbound(js, i, m)
+	s.wake(s.view.Machine(m))
+}
+
+// wake queues again the waiting jobs that the free room of machine m
+// could help: one of their pending tasks fits it now. The others keep
+// waiting for their backoff (or another release).
+func (s *Simulator) wake(m *framework.Machine) {
+	kept := s.waiting[:0]
+	for _, w := range s.waiting {
+		if !w.waiting {
+			continue // queued since
+		}
+		if m != nil && w.fitsFree(m) {
+			s.enqueue(w)
+			continue
+		}
+		kept = append(kept, w)
+	}
+	s.waiting = kept
+}
+
+// jobTasks returns the tasks of js bound per machine.
+func (s *Simulator) jobTasks(js *jobState) map[string]int {
+	out := map[string]int{}
+	for _, t := range js.tasks {
+		if m := t.GetBinding().GetMachine(); m != "" {
+			out[m]++
+		}
+	}
+	return out
+}
+
+// running answers preemption's question: the tasks bound to machine.
+func (s *Simulator) running(machine string) []*framework.Running {
+	if out, ok := s.runningOn[machine]; ok {
+		return out
+	}
+	out := []*framework.Running{}
+	defer func() { s.runningOn[machine] = out }()
+	for _, key := range slices.Sorted(maps.Keys(s.bound[machine])) {
+		for _, t := range s.jobs[key].tasks {
+			if t.GetBinding().GetMachine() != machine {
+				continue
+			}
+			tk, _ := clientlib.Tasks.Key(t)
+			ft := framework.NewTask(tk, t)
+			out = append(out, &framework.Running{Key: tk, Task: t, Job: ft.Job, Priority: ft.Priority, Requests: ft.Requests})
+		}
+	}
+	return out
+}
+
+// replace puts a copy of task i in place of it and returns the copy to
+// change: decisions in flight hold the task as it was.
+func (js *jobState) replace(i int32) *troupev1.Task {
+	t := proto.Clone(js.tasks[i]).(*troupev1.Task)
+	js.tasks[i] = t
+	return t
+}
+
+// fitsFree reports whether one of the job's pending tasks fits m's free
+// room.
+func (js *jobState) fitsFree(m *framework.Machine) bool {
+	for i, t := range js.tasks {
+		if clientlib.Pending(t) && js.job.Tasks[i].CPU <= m.Free("cpu") && js.job.Tasks[i].Memory <= m.Free("memory") {
+			return true
+		}
+	}
+	return false
+}
+
+// pending returns the job's unbound tasks, for scheduling.
+func (js *jobState) pending() []*framework.Task {
+	var out []*framework.Task
+	for _, t := range js.tasks {
+		if clientlib.Pending(t) {
+			key, _ := clientlib.Tasks.Key(t)
+			out = append(out, framework.NewTask(key, t))
+		}
+	}
+	return out
+}
+
+// simScheduler is one simulated scheduler.
+type simScheduler struct {
+	cfg     SchedulerConfig
+	profile framework.Profile
+	modes   framework.Modes
+	index   int
+	queue   []*jobState
+	busy    bool
+}
+
+// event is something that happens at a virtual time; ties keep their
+// order of scheduling.
+type event struct {
+	at  time.Duration
+	seq uint64
+	fn  func()
+}
+
+type eventQueue []*event
+
+func (q eventQueue) Len() int { return len(q) }
+func (q eventQueue) Less(i, j int) bool {
+	if q[i].at != q[j].at {
+		return q[i].at < q[j].at
+	}
+	return q[i].seq < q[j].seq
+}
+func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *eventQueue) Push(x any)   { *q = append(*q, x.(*event)) }
+func (q *eventQueue) Pop() any {
+	old := *q
+	x := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return x
+}
