@@ -149,7 +149,7 @@ func New(cfg Config) (*Simulator, error) {
 	}
 	s := &Simulator{cfg: cfg, view: scheduler.NewMachineView(), jobs: map[string]*jobState{}, bound: map[string]map[string]int{},
 		runningOn: map[string][]*framework.Running{},
-		stats: newStats(cfg.Schedulers), capacity: map[string]int64{}}
+		stats:     newStats(cfg.Schedulers), capacity: map[string]int64{}}
 	for _, m := range cfg.Machines {
 		s.cpuTotal += m.CPU
 		s.capacity[clientlib.AllocKey(m.Name, "cpu")], s.capacity[clientlib.AllocKey(m.Name, "memory")] = m.CPU, m.Memory
