@@ -92,7 +92,7 @@ type Scheduler struct {
 	// ownCache: the instance runs its cache itself.
 	ownCache bool
 	tasks    *cache.Informer[*troupev1.Task] // = cache.tasks
-	view     *MachineView                       // = cache.view
+	view     *MachineView                    // = cache.view
 	queue    *cache.WorkQueue
 	stats    *Stats
 	// wake asks the waker to queue every pending job (capacity may have
