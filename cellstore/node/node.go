@@ -167,6 +167,7 @@ func (n *Node) startRaft() error {
 		nh.Close()
 		return err
 	}
+	go n.recoverTxns(srv, scfg.TxnTimeout)
 	n.grpcServer = grpc.NewServer(grpc.MaxRecvMsgSize(cfg.Server.Limits.MaxRequestBytes + 64<<10))
 	storev1.RegisterStoreServer(n.grpcServer, srv)
 	storev1.RegisterAdminServer(n.grpcServer, server.NewAdmin(srv, backend))
