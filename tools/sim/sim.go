@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -37,6 +38,7 @@ import (
 	"github.com/troupe-cluster/troupe/schedulers/framework"
 	"github.com/troupe-cluster/troupe/schedulers/profiles"
 	"github.com/troupe-cluster/troupe/schedulers/scheduler"
+	"github.com/troupe-cluster/troupe/tools/sim/workload"
 )
 
 // epoch is the wall time virtual time 0 maps to, for the store's clock
@@ -49,8 +51,8 @@ type SchedulerConfig struct {
 	// Kind is a built-in profile (batch, service, gang); it serves the
 	// jobs whose Type is Kind's (gang serves batch jobs with a gang).
 	Kind string
-	// Serves is the job type the scheduler takes: JobBatch or JobService.
-	Serves JobType
+	// Serves is the job type the scheduler takes.
+	Serves workload.Type
 	// Partition and Partitions split the jobs it serves by hash among
 	// the schedulers that serve them (Partitions <= 1: all).
 	Partition, Partitions int
@@ -61,7 +63,7 @@ type SchedulerConfig struct {
 
 // Config is a simulation.
 type Config struct {
-	Machines   []Machine
+	Machines   []workload.Machine
 	Schedulers []SchedulerConfig
 	// MaxAttempts bounds the decisions about one job before it is
 	// abandoned (Omega: 1000).
@@ -128,7 +130,7 @@ type Simulator struct {
 
 // jobState is a job the simulator follows.
 type jobState struct {
-	job   Job
+	job   workload.Job
 	key   string // "<ns>/<name>"
 	tasks []*troupev1.Task
 	// runs counts each task's placements, so that the end of a run that
@@ -240,9 +242,9 @@ func (s *Simulator) fail(err error) {
 
 // Run simulates until the workload is exhausted and every task has ended
 // (or Horizon), and returns the measures.
-func (s *Simulator) Run(jobs Source) (*Stats, error) {
+func (s *Simulator) Run(jobs workload.Source) (*Stats, error) {
 	next, err := jobs.Next()
-	if err != nil && !errors.Is(err, ErrEnd) {
+	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, err
 	}
 	if err == nil {
@@ -281,14 +283,14 @@ func (s *Simulator) at(t time.Duration, fn func()) {
 
 // arrive submits job: its tasks are created pending, and its scheduler
 // queues it. The next arrival is read and scheduled.
-func (s *Simulator) arrive(job Job, jobs Source) {
+func (s *Simulator) arrive(job workload.Job, jobs workload.Source) {
 	if err := s.submit(job); err != nil {
 		s.fail(err)
 		return
 	}
 	next, err := jobs.Next()
 	switch {
-	case errors.Is(err, ErrEnd):
+	case errors.Is(err, io.EOF):
 	case err != nil:
 		s.fail(err)
 	default:
@@ -297,7 +299,7 @@ func (s *Simulator) arrive(job Job, jobs Source) {
 }
 
 // submit creates job's tasks and queues the job for its scheduler.
-func (s *Simulator) submit(job Job) error {
+func (s *Simulator) submit(job workload.Job) error {
 	js := &jobState{job: job, key: "sim/" + job.ID, first: -1}
 	sched := s.schedulerFor(job)
 	if sched == nil {
@@ -308,8 +310,8 @@ func (s *Simulator) submit(job Job) error {
 	for _, t := range job.Tasks {
 		task := &troupev1.Task{
 			Metadata: &troupev1.ObjectMeta{Name: clientlib.TaskName(job.ID, t.Index), Namespace: "sim"},
-			Spec: &troupev1.TaskSpec{Job: job.ID, Index: t.Index, Type: job.Type.proto(), Priority: job.Priority, Scheduler: sched.cfg.Kind,
-				Constraints: &troupev1.Constraints{DistinctMachines: job.DistinctMachines}, Submitted: timestampAt(s.now),
+			Spec: &troupev1.TaskSpec{Job: job.ID, Index: t.Index, Type: jobType(job.Type), Priority: job.Priority, Scheduler: sched.cfg.Kind,
+				Constraints: &troupev1.Constraints{DistinctMachines: job.DistinctMachines, MatchLabels: job.MatchLabels}, Submitted: timestampAt(s.now),
 				Template: &troupev1.TaskTemplate{Command: "sim", Requests: map[string]int64{"cpu": t.CPU, "memory": t.Memory}}},
 			Status: &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_PENDING},
 		}
@@ -336,7 +338,7 @@ func (s *Simulator) submit(job Job) error {
 
 // schedulerFor returns the scheduler that takes job: among those serving
 // its type, the one whose partition its hash falls in.
-func (s *Simulator) schedulerFor(job Job) *simScheduler {
+func (s *Simulator) schedulerFor(job workload.Job) *simScheduler {
 	var serving []*simScheduler
 	for _, sc := range s.scheds {
 		if sc.cfg.Serves == job.Type {

@@ -9,27 +9,28 @@ import (
 
 	"github.com/troupe-cluster/troupe/schedulers/framework"
 	"github.com/troupe-cluster/troupe/schedulers/profiles"
+	"github.com/troupe-cluster/troupe/tools/sim/workload"
 )
 
 // testWorkload is a small mixed workload: batch jobs every 2.5 s on
 // average and a service job (production priority, distinct machines)
 // every 20 jobs, loading the test cell to about 80%; every 50th batch job
 // is urgent (priority 50) and may preempt.
-func testWorkload(seed uint64, jobs int) []Job {
+func testWorkload(seed uint64, jobs int) []workload.Job {
 	r := rand.New(rand.NewPCG(seed, 99))
-	var out []Job
+	var out []workload.Job
 	var at time.Duration
 	for j := range jobs {
 		at += time.Duration(r.IntN(5000)) * time.Millisecond
-		job := Job{ID: fmt.Sprintf("j%04d", j), Submit: at}
+		job := workload.Job{ID: fmt.Sprintf("j%04d", j), Submit: at}
 		switch {
 		case j%20 == 0:
-			job.Type, job.Priority, job.DistinctMachines = JobService, 100, true
+			job.Type, job.Priority, job.DistinctMachines = workload.Service, 100, true
 		case j%50 == 1:
 			job.Priority = 50
 		}
 		for i := range 1 + r.IntN(8) {
-			job.Tasks = append(job.Tasks, Task{Index: int32(i), CPU: 250 * int64(1+r.IntN(8)), Memory: int64(1+r.IntN(4)) << 30,
+			job.Tasks = append(job.Tasks, workload.Task{Index: int32(i), CPU: 250 * int64(1+r.IntN(8)), Memory: int64(1+r.IntN(4)) << 30,
 				Duration: time.Duration(30+r.IntN(90)) * time.Second})
 		}
 		out = append(out, job)
@@ -40,26 +41,26 @@ func testWorkload(seed uint64, jobs int) []Job {
 func testConfig(batch int, conflict framework.ConflictMode) Config {
 	cfg := Config{MaxAttempts: 100, Backoff: 5 * time.Second, Seed: 7}
 	for i := range 20 {
-		cfg.Machines = append(cfg.Machines, Machine{Name: fmt.Sprintf("m%02d", i), CPU: 8000, Memory: 32 << 30,
+		cfg.Machines = append(cfg.Machines, workload.Machine{Name: fmt.Sprintf("m%02d", i), CPU: 8000, Memory: 32 << 30,
 			Labels: map[string]string{"zone": fmt.Sprintf("z%d", i%2)}})
 	}
 	modes := framework.Modes{Conflict: conflict}
 	for i := range batch {
-		cfg.Schedulers = append(cfg.Schedulers, SchedulerConfig{Name: fmt.Sprintf("batch-%d", i), Kind: profiles.Batch, Serves: JobBatch,
+		cfg.Schedulers = append(cfg.Schedulers, SchedulerConfig{Name: fmt.Sprintf("batch-%d", i), Kind: profiles.Batch, Serves: workload.Batch,
 			Modes: &modes, Decision: framework.DecisionTime{Job: 100 * time.Millisecond, Task: 50 * time.Millisecond}})
 	}
-	cfg.Schedulers = append(cfg.Schedulers, SchedulerConfig{Name: "service-0", Kind: profiles.Service, Serves: JobService,
+	cfg.Schedulers = append(cfg.Schedulers, SchedulerConfig{Name: "service-0", Kind: profiles.Service, Serves: workload.Service,
 		Modes: &modes, Decision: framework.DecisionTime{Job: time.Second, Task: 100 * time.Millisecond}})
 	return cfg
 }
 
-func run(t *testing.T, cfg Config, jobs []Job) *Stats {
+func run(t *testing.T, cfg Config, jobs []workload.Job) *Stats {
 	t.Helper()
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := s.Run(&SliceSource{Jobs: jobs})
+	st, err := s.Run(workload.FromJobs(jobs))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +105,7 @@ func TestConflictKnownAnswers(t *testing.T) {
 	cfg := testConfig(1, framework.Fine)
 	cfg.Schedulers = cfg.Schedulers[:1] // the batch scheduler alone
 	for i := range jobs {
-		jobs[i].Type, jobs[i].Priority = JobBatch, 0
+		jobs[i].Type, jobs[i].Priority = workload.Batch, 0
 	}
 	if st := run(t, cfg, jobs).Schedulers[0]; st.Conflicts != 0 || st.Placements == 0 {
 		t.Fatalf("one scheduler: %d conflicts, %d placements", st.Conflicts, st.Placements)
