@@ -4,8 +4,12 @@ BIN      := bin/troupe
 DURATION ?= 10s
 WORKLOADS ?= seq,cas,place
 FUZZTIME ?= 30s
+FAULT_ROUNDS ?= 20
+FAULT_SEED ?= $(shell date +%s)
+FAULT_LOAD ?= 30s
+FAULT_OUT ?= /tmp/troupe-faults
 
-.PHONY: all build run test lint proto bench bench-compare fuzz clean
+.PHONY: all build run test test-faults lint proto bench bench-compare fuzz clean
 
 all: build
 
@@ -20,6 +24,15 @@ run: build
 test: lint
 	$(GO) test -count=1 ./...
 	cd tools/benchcompare && $(GO) vet ./... && $(GO) test -short -count=1 ./...
+
+# Many rounds of the store under faults (kill -9, restarts, partitions,
+# lost and delayed Raft traffic), each history checked for
+# linearizability; `make test` runs one short round. A failed round prints
+# its seed (rerun with FAULT_SEED=... FAULT_ROUNDS=1) and writes its
+# history and visualization to FAULT_OUT. Needs root (network namespaces).
+test-faults:
+	$(GO) test -run '^TestFaults$$' -count=1 -timeout 0 -v ./tools/faults \
+		-rounds $(FAULT_ROUNDS) -seed $(FAULT_SEED) -load $(FAULT_LOAD) -out $(FAULT_OUT)
 
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

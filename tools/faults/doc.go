@@ -1,0 +1,59 @@
+// Package faults proves the store under faults: it runs store nodes as
+// real `troupe store` processes, breaks them (kill -9, restart, network
+// partitions, lost and delayed Raft traffic) while clients work through
+// clientlib, records every operation with its call and return time, and
+// checks the history for linearizability with porcupine.
+//
+// Each node runs in a network namespace of its own, where it listens on
+// the same addresses as every other node: Raft 127.0.0.1:710<id>, gRPC
+// 127.0.0.1:7000. In node i's namespace, the harness listens on the other
+// nodes' Raft addresses: those listeners are Links, TCP forwarders that
+// carry node i's connections to node j into node j's namespace. Every
+// node has the same member list, as Dragonboat requires, yet every
+// direction of every pair of nodes has its own Link that the harness can
+// block or delay. Clients reach node i through a Link from the harness's
+// namespace.
+//
+//	      netns 1                     netns 2
+//	┌─────────────────────┐     ┌─────────────────────┐
+//	│ troupe store 1      │     │ troupe store 2      │
+//	│  :7101 (Raft) ◄─────┼──┐  │  :7102 (Raft) ◄──┐  │
+//	│  :7000 (gRPC)       │  │  │  :7000 (gRPC)    │  │
+//	│ Link 1->2 at :7102 ─┼──┼──┼──────────────────┘  │
+//	│                     │  └──┼─ Link 2->1 at :7101 │
+//	└─────────▲───────────┘     └─────────▲───────────┘
+//	          └──── Link client->1        └──── Link client->2
+//	                 (harness namespace: clients, nemesis, checker)
+//
+// Why namespaces rather than proxies on one loopback: Dragonboat records
+// the address a message comes from (its sender's RaftAddress) for the
+// sender's replica and panics if that differs from the address it was
+// given for it, and `troupe store` listens on its --raft-addr; so nodes
+// cannot be told per-link proxy addresses. Namespaces need
+// CAP_SYS_ADMIN; the tests skip without it.
+//
+// A round (RunRound) starts a fresh cell, runs RoundConfig.Clients
+// clients of a Workload for RoundConfig.Load while a nemesis injects one
+// Fault after another (each cycle takes every fault once, in random
+// order), then heals the cell, waits for leaders, lets the workload read
+// the final state and check what it must (Workload.Final), and checks the
+// history against the workload's porcupine model. A commit that fails
+// with an error is recorded as ambiguous (returning Never): the model
+// lets it take effect at any point after its call, or not at all. A read
+// that fails is dropped. A round with problems writes the history (JSON
+// lines) and porcupine's HTML visualization, faults drawn along the
+// operations, into RoundConfig.OutDir.
+//
+// Everything random in a round comes from RoundConfig.Seed: the faults,
+// their victims and durations, each client's operations. The OS's
+// interleaving of processes is not fixed, so a seed repeats a scenario,
+// not an execution. Running rounds:
+//
+//	make test-faults                       # FAULT_ROUNDS rounds from a new seed
+//	make test-faults FAULT_SEED=1234 FAULT_ROUNDS=1
+//	go test ./tools/faults -run '^TestFaults$' -seed 1234 -load 30s -keep -out /tmp/f
+//
+// A workload is pluggable: client operations (Workload.Op) plus a
+// porcupine model (Workload.Model). Register, the one here, is a
+// versioned register per key with conditional puts, partitioned by key.
+package faults
