@@ -29,6 +29,16 @@ var (
 	buildErr  error
 )
 
+// TestMain removes the binary buildTroupe built.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	code := m.Run()
+	if builtBin != "" {
+		os.RemoveAll(filepath.Dir(builtBin))
+	}
+	os.Exit(code)
+}
+
 // buildTroupe builds the troupe binary once for the package's tests.
 func buildTroupe(t *testing.T) string {
 	t.Helper()
