@@ -509,16 +509,20 @@ func TestClientCommitNoRetryOnConflict(t *testing.T) {
 		t.Errorf("troupe_client_conflicts_total = %v, want 1", v)
 	}
 
+	// A group across shards commits (two-phase, in the store).
 	crossShard := &storev1.CommitRequest{Groups: []*storev1.Group{{Ops: []*storev1.Op{
 		storePut(cell.keyOnShard("/cf/a%d", 0), "x"), storePut(cell.keyOnShard("/cf/b%d", 1), "y"),
 	}}}}
+	if resp, err := c.Commit(ctx, crossShard); err != nil || !resp.GetGroups()[0].GetCommitted() || len(resp.GetGroups()[0].GetShardRevisions()) != 2 {
+		t.Fatalf("group across shards: %v %v", resp, err)
+	}
 	for _, tc := range []struct {
 		name string
 		req  *storev1.CommitRequest
 		code codes.Code
 	}{
 		{"empty group", &storev1.CommitRequest{Groups: []*storev1.Group{{}}}, codes.InvalidArgument},
-		{"group across shards", crossShard, codes.FailedPrecondition},
+		{"empty key", &storev1.CommitRequest{Groups: []*storev1.Group{{Ops: []*storev1.Op{storePut("", "x")}}}}, codes.InvalidArgument},
 	} {
 		_, err := c.Commit(ctx, tc.req)
 		if status.Code(err) != tc.code {

@@ -41,14 +41,14 @@ func (o *Options) Register(fs *flag.FlagSet) error {
 		defDuration = d
 	}
 	fs.DurationVar(&o.Duration, "duration", defDuration, "length of each timed run (default from $DURATION, else 10s)")
-	fs.StringVar(&o.Workloads, "workloads", DefaultWorkloads, "comma-separated workloads to run: seq, cas, place")
+	fs.StringVar(&o.Workloads, "workloads", DefaultWorkloads, "comma-separated workloads to run: seq, cas, place, place4")
 	fs.IntVar(&o.Replicas, "replicas", 3, "replicas (members) of each system's cell")
-	fs.IntVar(&o.Shards, "shards", 1, "Troupe shards (place's groups span a job's and a machine's keys, so more than 1 needs cross-shard groups)")
+	fs.IntVar(&o.Shards, "shards", 1, "Troupe shards of the cell for every workload but place4, which gets a 4-shard cell (with more than 1, place's groups are mostly cross-shard)")
 	fs.StringVar(&o.Dir, "dir", "", "parent of the temporary data directories (default: the system's temporary directory)")
-	fs.IntVar(&o.Params.Clients, "clients", o.Params.Clients, "concurrent clients of cas and place")
+	fs.IntVar(&o.Params.Clients, "clients", o.Params.Clients, "concurrent clients of cas, place and place4")
 	fs.IntVar(&o.Params.Keys, "keys", o.Params.Keys, "keys of cas")
 	fs.IntVar(&o.Params.ValueSize, "value-size", o.Params.ValueSize, "value size in bytes")
-	fs.IntVar(&o.Params.Machines, "machines", o.Params.Machines, "machines of place")
+	fs.IntVar(&o.Params.Machines, "machines", o.Params.Machines, "machines of place and place4")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	return nil
 }
@@ -68,11 +68,15 @@ func (o *Options) Check(fs *flag.FlagSet) error {
 }
 
 // StartProfile starts the CPU profile the options ask for; stop ends it.
-func (o *Options) StartProfile() (stop func(), err error) {
-	if o.CPUProfile == "" {
+func (o *Options) StartProfile() (stop func(), err error) { return StartCPUProfile(o.CPUProfile) }
+
+// StartCPUProfile starts a CPU profile of the process into path (empty:
+// none) and returns what stops it.
+func StartCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
 		return func() {}, nil
 	}
-	f, err := os.Create(o.CPUProfile)
+	f, err := os.Create(path)
 	if err != nil {
 		return nil, err
 	}
@@ -91,21 +95,46 @@ func parseDuration(s string) (time.Duration, error) {
 	return time.ParseDuration(s)
 }
 
-// Starter starts a system under dir; close stops it.
-type Starter func(ctx context.Context, dir string) (sys System, close func() error, err error)
+// Starter starts a system of shards shards under dir (systems without
+// shards ignore the count); close stops it.
+type Starter func(ctx context.Context, dir string, shards int) (sys System, close func() error, err error)
 
-// RunSystem starts one system in a fresh temporary directory, runs every
-// workload on it, reports the results and stops it.
-func RunSystem(ctx context.Context, name string, start Starter, parent string, workloads []Workload, cfg Config, rep *Reporter) (err error) {
+// RunSystem runs every workload on a system, started for it by start in a
+// fresh temporary directory under parent, and reports the results. It
+// starts the system once per shard count the workloads need (ShardsFor:
+// shards for those that need none), in the order of the workloads' first
+// need, runs the workloads of that count on it in their order, and stops
+// it before the next start.
+func RunSystem(ctx context.Context, name string, start Starter, parent string, workloads []Workload, shards int, cfg Config, rep *Reporter) (err error) {
 	dir, err := os.MkdirTemp(parent, "troupe-bench-"+name+"-")
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, os.RemoveAll(dir)) }()
 
-	fmt.Fprintf(os.Stderr, "%s: starting %s in %s\n", name, name, dir)
+	byShards := map[int][]Workload{}
+	var counts []int
+	for _, w := range workloads {
+		n := ShardsFor(w, shards)
+		if byShards[n] == nil {
+			counts = append(counts, n)
+		}
+		byShards[n] = append(byShards[n], w)
+	}
+	for _, n := range counts {
+		if err := runStarted(ctx, name, start, filepath.Join(dir, fmt.Sprintf("data-%d", n)), n, byShards[n], cfg, rep); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runStarted starts a system of shards shards under dir, runs workloads
+// on it, reports the results and stops it.
+func runStarted(ctx context.Context, name string, start Starter, dir string, shards int, workloads []Workload, cfg Config, rep *Reporter) (err error) {
+	fmt.Fprintf(os.Stderr, "%s: starting %s in %s for the %d-shard workloads\n", name, name, dir, shards)
 	startCtx, cancel := context.WithTimeout(ctx, startTimeout)
-	sys, closeSys, err := start(startCtx, filepath.Join(dir, "data"))
+	sys, closeSys, err := start(startCtx, dir, shards)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)

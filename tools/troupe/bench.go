@@ -3,12 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 
@@ -52,14 +52,19 @@ func runBench(args []string) error {
 	if err != nil {
 		return err
 	}
-	start := func(ctx context.Context, dir string) (bench.System, func() error, error) {
-		return bench.StartLocalTroupe(ctx, dir, o.Replicas, o.Shards, logger)
+	start := func(ctx context.Context, dir string, shards int) (bench.System, func() error, error) {
+		return bench.StartLocalTroupe(ctx, dir, o.Replicas, shards, logger)
 	}
 	if *endpoints != "" {
-		start = func(ctx context.Context, _ string) (bench.System, func() error, error) {
+		// An existing cell serves the workloads of its own shard count.
+		start = func(ctx context.Context, _ string, shards int) (bench.System, func() error, error) {
 			t, err := bench.ConnectTroupe(ctx, strings.Split(*endpoints, ","))
 			if err != nil {
 				return nil, nil, err
+			}
+			if t.Shards() != shards {
+				return nil, nil, errors.Join(fmt.Errorf("the cell at -endpoints has %d shards, the workloads want %d (set -shards to the cell's; place4 needs 4)",
+					t.Shards(), shards), t.Close())
 			}
 			return t, t.Close, nil
 		}
@@ -67,7 +72,7 @@ func runBench(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	rep := bench.NewReporter(os.Stdout, "troupe", "")
-	return bench.RunSystem(ctx, "troupe", start, o.Dir, workloads, bench.Config{Duration: o.Duration, Log: os.Stderr}, rep)
+	return bench.RunSystem(ctx, "troupe", start, o.Dir, workloads, o.Shards, bench.Config{Duration: o.Duration, Log: os.Stderr}, rep)
 }
 
 // runCacheBench measures the memory and event rate of a machine and a
@@ -134,17 +139,11 @@ func runScheduleBench(args []string) error {
 			return fmt.Errorf("-conflict: unknown mode %q (fine, coarse)", f)
 		}
 	}
-	if *cpuprofile != "" {
-		f, err := os.Create(*cpuprofile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := bench.StartCPUProfile(*cpuprofile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	out := json.NewEncoder(os.Stdout)
