@@ -10,6 +10,12 @@
 //	    │                                │
 //	    └─ Prepare (preload, untimed)    └─ latency per op ──► Result ──► Reporter (JSON lines)
 //
+// RunSystem starts a system once per shard count its workloads need
+// (ShardsFor: a CrossShardWorkload's own, 4 for place4; Options.Shards,
+// 1 by default, for the others) and stops it before the next start.
+// Systems without shards (etcd) ignore the count and are started as
+// often, so place4 gets a fresh system on either side.
+//
 // Usage protocol, per system and workload:
 //
 //  1. Run opens Workload.Clients() sessions (System.NewSession, client ids
@@ -20,7 +26,11 @@
 //  4. closes the sessions and returns a Result; a Reporter prints it as
 //     {"workload":..,"system":..,"ops_per_sec":..,"p50_ms":..,"p99_ms":..}
 //     and, once both compared systems have a result for the workload,
-//     {"workload":..,"ratio_ops":..,"ratio_p99":..}.
+//     {"workload":..,"ratio_ops":..,"ratio_p99":..}; and once Troupe has
+//     results for place4 and place,
+//     {"workload":"place4","vs":"place","system":"troupe","ratio_p50":..,"ratio_p99":..},
+//     the cross-shard latencies over the single-shard ones (place on the
+//     default one-shard cell).
 //
 // An op is one completed commit round trip, whether it committed or met a
 // conflict: a conflict is an Outcome, not an error (see Session). Any error
@@ -46,4 +56,11 @@
 //   - place: Params.Clients clients, each op one scheduler-style placement:
 //     a new task key that must not exist yet, a binding under a random
 //     machine among Params.Machines, and +1 on that machine's counter.
+//   - place4: place on a 4-shard Troupe cell with the task, the binding and
+//     the counter of each placement on three different shards (client id's
+//     job on shard id mod 4, the binding and the counter on two of the
+//     other three, at random), so that every commit is a cross-shard
+//     transaction. The binding then names another machine than the
+//     counter. Machines are chosen per shard, Params.Machines/4 (rounded
+//     up) on each.
 package bench

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -17,7 +19,13 @@ import (
 //	{"workload":"cas","ratio_ops":1.234,"ratio_p99":0.567}
 //
 // where each ratio is Numerator's value over Denominator's (null when the
-// denominator is 0). A Reporter is not safe for concurrent use.
+// denominator is 0), and, as soon as Numerator has results for a workload
+// and its baseline (Result.Baseline),
+//
+//	{"workload":"place4","vs":"place","system":"troupe","ratio_p50":1.8,"ratio_p99":2.1}
+//
+// with the workload's latencies over the baseline's. A Reporter is not
+// safe for concurrent use.
 type Reporter struct {
 	out         io.Writer
 	numerator   string
@@ -52,8 +60,18 @@ type ratioLine struct {
 	RatioP99 *float64 `json:"ratio_p99"`
 }
 
-// Add writes r's line, then the workload's ratio line if r completes the
-// pair of compared systems.
+// vsLine is the JSON form of a comparison of two workloads on one system.
+type vsLine struct {
+	Workload string   `json:"workload"`
+	Vs       string   `json:"vs"`
+	System   string   `json:"system"`
+	RatioP50 *float64 `json:"ratio_p50"`
+	RatioP99 *float64 `json:"ratio_p99"`
+}
+
+// Add writes r's line, then the line comparing a workload with its
+// baseline if r completes that pair on Numerator, then the workload's
+// ratio line if r completes the pair of compared systems.
 func (rep *Reporter) Add(r Result) error {
 	line := resultLine{
 		Workload:  r.Workload,
@@ -71,6 +89,11 @@ func (rep *Reporter) Add(r Result) error {
 		rep.results[r.Workload] = bySystem
 	}
 	bySystem[r.System] = r
+	if r.System == rep.numerator {
+		if err := rep.compareWorkloads(r); err != nil {
+			return err
+		}
+	}
 	if r.System != rep.numerator && r.System != rep.denominator {
 		return nil
 	}
@@ -84,6 +107,37 @@ func (rep *Reporter) Add(r Result) error {
 		RatioOps: ratio(num.OpsPerSec(), den.OpsPerSec()),
 		RatioP99: ratio(ms(num.Latencies.Quantile(0.99)), ms(den.Latencies.Quantile(0.99))),
 	})
+}
+
+// compareWorkloads writes the vs line of r and its baseline, or of r and
+// the workload r is the baseline of, when both have a result on r's
+// system.
+func (rep *Reporter) compareWorkloads(r Result) error {
+	for _, wl := range slices.Sorted(maps.Keys(rep.results)) {
+		other, ok := rep.results[wl][r.System]
+		var err error
+		switch {
+		case !ok:
+		case r.Baseline == wl:
+			err = rep.write(newVsLine(r, other))
+		case other.Baseline == r.Workload:
+			err = rep.write(newVsLine(other, r))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func newVsLine(r, baseline Result) vsLine {
+	return vsLine{
+		Workload: r.Workload,
+		Vs:       baseline.Workload,
+		System:   r.System,
+		RatioP50: ratio(ms(r.Latencies.Quantile(0.50)), ms(baseline.Latencies.Quantile(0.50))),
+		RatioP99: ratio(ms(r.Latencies.Quantile(0.99)), ms(baseline.Latencies.Quantile(0.99))),
+	}
 }
 
 func (rep *Reporter) write(v any) error {

@@ -47,6 +47,9 @@ func (c Config) Validate() error {
 type Result struct {
 	Workload string
 	System   string
+	// Baseline is the workload whose latencies this one's are compared
+	// with on the same system (a CrossShardWorkload's), or empty.
+	Baseline string
 	// Ops counts completed round trips; Conflicts those of them that did
 	// not commit.
 	Ops       int64
@@ -72,6 +75,9 @@ func (r Result) OpsPerSec() float64 {
 // of any client (or ctx's end) stops the run and is returned.
 func Run(ctx context.Context, sys System, w Workload, cfg Config) (Result, error) {
 	res := Result{Workload: w.Name(), System: sys.Name()}
+	if x, ok := w.(CrossShardWorkload); ok {
+		res.Baseline = x.Baseline()
+	}
 	if err := cfg.Validate(); err != nil {
 		return res, err
 	}

@@ -161,34 +161,39 @@ func TestRunAndReport(t *testing.T) {
 			}
 		}
 		// seq: maxOps puts; cas: Keys preload puts, then 4·maxOps
-		// compare-and-puts; place: 4·maxOps placements.
+		// compare-and-puts; place and place4: 4·maxOps placements each.
 		if got, want := sys.count("Put"), maxOps+p.Keys; got != want {
 			t.Errorf("%s: %d Put calls, want %d", sys.name, got, want)
 		}
 		if got, want := sys.count("CompareAndPut"), p.Clients*maxOps; got != want {
 			t.Errorf("%s: %d CompareAndPut calls, want %d", sys.name, got, want)
 		}
-		if got, want := sys.count("Place"), p.Clients*maxOps; got != want {
+		if got, want := sys.count("Place"), 2*p.Clients*maxOps; got != want {
 			t.Errorf("%s: %d Place calls, want %d", sys.name, got, want)
 		}
 	}
 
 	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
-	// troupe's three lines, then per workload etcd's line and the ratio.
+	// troupe's four lines and place4's comparison with place, then per
+	// workload etcd's line and the ratio.
 	wantShape := []string{
-		"seq troupe", "cas troupe", "place troupe",
-		"seq etcd", "seq ratio", "cas etcd", "cas ratio", "place etcd", "place ratio",
+		"seq troupe", "cas troupe", "place troupe", "place4 troupe", "place4 vs",
+		"seq etcd", "seq ratio", "cas etcd", "cas ratio", "place etcd", "place ratio", "place4 etcd", "place4 ratio",
 	}
 	if len(lines) != len(wantShape) {
 		t.Fatalf("got %d lines, want %d:\n%s", len(lines), len(wantShape), out.String())
 	}
 	resultKeys := []string{"workload", "system", "ops_per_sec", "p50_ms", "p99_ms"}
 	ratioKeys := []string{"workload", "ratio_ops", "ratio_p99"}
+	vsKeys := []string{"workload", "vs", "system", "ratio_p50", "ratio_p99"}
 	for i, line := range lines {
 		wl, kind, _ := strings.Cut(wantShape[i], " ")
 		want := resultKeys
-		if kind == "ratio" {
+		switch kind {
+		case "ratio":
 			want = ratioKeys
+		case "vs":
+			want = vsKeys
 		}
 		keys, values := jsonKeys(t, line)
 		if strings.Join(keys, ",") != strings.Join(want, ",") {
@@ -198,8 +203,16 @@ func TestRunAndReport(t *testing.T) {
 		if values["workload"] != wl {
 			t.Errorf("line %d %s: workload %v, want %s", i, line, values["workload"], wl)
 		}
-		if kind != "ratio" && values["system"] != kind {
-			t.Errorf("line %d %s: system %v, want %s", i, line, values["system"], kind)
+		switch kind {
+		case "ratio":
+		case "vs":
+			if values["vs"] != WorkloadPlace || values["system"] != "troupe" {
+				t.Errorf("line %d %s: want place4 against troupe's place", i, line)
+			}
+		default:
+			if values["system"] != kind {
+				t.Errorf("line %d %s: system %v, want %s", i, line, values["system"], kind)
+			}
 		}
 	}
 
@@ -207,12 +220,13 @@ func TestRunAndReport(t *testing.T) {
 	// lines exact: 100 ops in 201 ticks.
 	exact := map[int]string{
 		0: `{"workload":"seq","system":"troupe","ops_per_sec":497.5,"p50_ms":1,"p99_ms":1}`,
-		3: `{"workload":"seq","system":"etcd","ops_per_sec":248.8,"p50_ms":2,"p99_ms":2}`,
-		4: `{"workload":"seq","ratio_ops":2,"ratio_p99":0.5}`,
+		5: `{"workload":"seq","system":"etcd","ops_per_sec":248.8,"p50_ms":2,"p99_ms":2}`,
+		6: `{"workload":"seq","ratio_ops":2,"ratio_p99":0.5}`,
 		// Throughput ratios are exact for every workload: same op
 		// count, elapsed time in proportion to the tick.
-		6: `"ratio_ops":2,`,
-		8: `"ratio_ops":2,`,
+		8:  `"ratio_ops":2,`,
+		10: `"ratio_ops":2,`,
+		12: `"ratio_ops":2,`,
 	}
 	for i, want := range exact {
 		if !strings.Contains(lines[i], want) {

@@ -194,6 +194,10 @@ func (t *Troupe) newSession(conn *grpc.ClientConn, retries *atomic.Uint64) *trou
 	return s
 }
 
+// Shards is the cell's shard count, learnt by WaitReady when
+// RouteToLeader (else 0).
+func (t *Troupe) Shards() int { return int(t.router.Shards()) }
+
 // Retries counts the commits of sessions retried (with the same txn_id)
 // after a DEADLINE_EXCEEDED or UNAVAILABLE answer.
 func (t *Troupe) Retries() uint64 { return t.retries.Load() }

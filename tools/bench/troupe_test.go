@@ -57,3 +57,36 @@ func TestTroupeSession(t *testing.T) {
 		}
 	}
 }
+
+// TestTroupePlace4 runs place4 on a real one-replica cell of 4 shards,
+// where every placement is a cross-shard transaction: all commit.
+func TestTroupePlace4(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 4-shard cell")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w, err := NewWorkload(WorkloadPlace4, Params{Clients: 8, Keys: 1, ValueSize: 16, Machines: 8, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys, closeSys, err := StartLocalTroupe(ctx, t.TempDir(), 1, ShardsFor(w, 1), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := closeSys(); err != nil {
+			t.Error(err)
+		}
+	}()
+	if sys.Shards() != 4 {
+		t.Fatalf("cell has %d shards, want 4", sys.Shards())
+	}
+	res, err := Run(ctx, sys, w, Config{MaxOps: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Ops != 40 || res.Conflicts != 0 {
+		t.Errorf("%d ops, %d conflicts; want 40 committed", res.Ops, res.Conflicts)
+	}
+}

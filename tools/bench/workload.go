@@ -5,19 +5,26 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/troupe-cluster/troupe/cellstore/keyspace"
 )
 
 // Workload names.
 const (
-	WorkloadSeq   = "seq"
-	WorkloadCAS   = "cas"
-	WorkloadPlace = "place"
+	WorkloadSeq    = "seq"
+	WorkloadCAS    = "cas"
+	WorkloadPlace  = "place"
+	WorkloadPlace4 = "place4"
 )
 
 // DefaultWorkloads is the list run when none is given.
-const DefaultWorkloads = WorkloadSeq + "," + WorkloadCAS + "," + WorkloadPlace
+const DefaultWorkloads = WorkloadSeq + "," + WorkloadCAS + "," + WorkloadPlace + "," + WorkloadPlace4
+
+// place4Shards is the shard count of the Troupe cell place4 runs on.
+const place4Shards = 4
 
 // Workload is one benchmark scenario, independent of the system it runs on.
 type Workload interface {
@@ -34,20 +41,40 @@ type Workload interface {
 	Op(id int, s Session) Op
 }
 
+// CrossShardWorkload is a Workload that spreads another workload's ops
+// over the shards of a Troupe cell: it runs on a cell of Shards() shards
+// (RunSystem starts one), and the Reporter compares its latencies with
+// those of Baseline(), run on the same system. Systems without shards run
+// it as any other workload.
+type CrossShardWorkload interface {
+	Workload
+	Shards() int
+	Baseline() string
+}
+
+// ShardsFor is the shard count w runs on: its own if it is a
+// CrossShardWorkload, else shards.
+func ShardsFor(w Workload, shards int) int {
+	if x, ok := w.(CrossShardWorkload); ok {
+		return x.Shards()
+	}
+	return shards
+}
+
 // Op performs one operation: one commit round trip.
 type Op func(ctx context.Context) (committed bool, err error)
 
 // Params sizes the workloads.
 type Params struct {
-	// Clients is the number of concurrent clients of cas and place (seq
-	// has always one).
+	// Clients is the number of concurrent clients of cas, place and
+	// place4 (seq has always one).
 	Clients int
 	// Keys is the number of keys cas works on (and seq cycles through).
 	Keys int
 	// ValueSize is the size of every value written, in bytes.
 	ValueSize int
 	// Machines is the number of machines place spreads bindings and
-	// counters over.
+	// counters over (place4: rounded up to a multiple of 4).
 	Machines int
 	// Seed makes the clients' random choices repeatable.
 	Seed uint64
@@ -88,7 +115,9 @@ func NewWorkload(name string, p Params) (Workload, error) {
 	case WorkloadCAS:
 		return &casWorkload{p: p, value: value}, nil
 	case WorkloadPlace:
-		return &placeWorkload{p: p, value: value}, nil
+		return &placeWorkload{name: name, p: p, value: value, spread: sameMachine(p.Machines)}, nil
+	case WorkloadPlace4:
+		return &place4Workload{placeWorkload{name: name, p: p, value: value, spread: threeShards(name, p)}}, nil
 	}
 	return nil, fmt.Errorf("bench: unknown workload %q (known: %s)", name, DefaultWorkloads)
 }
@@ -223,27 +252,38 @@ func (w *casWorkload) Op(id int, s Session) Op {
 }
 
 // placeWorkload: scheduler-style placements of fresh tasks on random
-// machines.
+// machines, the tasks of client id in job j<id> of namespace name.
 type placeWorkload struct {
+	name  string
 	p     Params
 	value []byte
+	// spread picks the job of client id and, for each placement, the
+	// machines of its binding and of its counter.
+	spread placeSpread
 }
 
-func (w *placeWorkload) Name() string                             { return WorkloadPlace }
+// placeSpread chooses where a workload's placements go.
+type placeSpread struct {
+	job      func(id int) string
+	machines func(r *rand.Rand, id int) (binding, counter string)
+}
+
+func (w *placeWorkload) Name() string                             { return w.name }
 func (w *placeWorkload) Clients() int                             { return w.p.Clients }
 func (w *placeWorkload) Prepare(context.Context, []Session) error { return nil }
 
 func (w *placeWorkload) Op(id int, s Session) Op {
 	r := clientRand(w.p.Seed, id)
+	job := w.spread.job(id)
 	i := 0
 	return func(ctx context.Context) (bool, error) {
-		m := r.IntN(w.p.Machines)
+		b, c := w.spread.machines(r, id)
 		p := Placement{
-			Task:         fmt.Sprintf("/tasks/bench/j%d/%d", id, i),
+			Task:         fmt.Sprintf("/tasks/%s/%s/%d", w.name, job, i),
 			TaskValue:    w.value,
-			Binding:      fmt.Sprintf("/bindings/m%d/bench-j%d-%d", m, id, i),
+			Binding:      fmt.Sprintf("/bindings/%s/%s-%s-%d", b, w.name, job, i),
 			BindingValue: w.value,
-			Counter:      fmt.Sprintf("/alloc/m%d/cpu", m),
+			Counter:      "/alloc/" + c + "/cpu",
 			Delta:        1,
 		}
 		i++
@@ -251,3 +291,75 @@ func (w *placeWorkload) Op(id int, s Session) Op {
 		return out.Committed, err
 	}
 }
+
+// sameMachine binds each task on a random machine among machines and
+// raises that machine's counter: on a sharded cell every key of a
+// placement but the task's is on the machine's shard.
+func sameMachine(machines int) placeSpread {
+	return placeSpread{
+		job: func(id int) string { return fmt.Sprintf("j%d", id) },
+		machines: func(r *rand.Rand, _ int) (string, string) {
+			m := fmt.Sprintf("m%d", r.IntN(machines))
+			return m, m
+		},
+	}
+}
+
+// place4Workload is place with each placement's task, binding and counter
+// on three different shards of a place4Shards-shard cell, so that every
+// Troupe commit is a cross-shard transaction. To get there the binding
+// names another machine than the counter it raises: no scheduler would
+// commit that, but the store does the work of a placement that spans
+// three shards.
+type place4Workload struct{ placeWorkload }
+
+var _ CrossShardWorkload = (*place4Workload)(nil)
+
+func (w *place4Workload) Shards() int      { return place4Shards }
+func (w *place4Workload) Baseline() string { return WorkloadPlace }
+
+// threeShards spreads place4's placements: client id's job is on shard
+// id mod 4 (so clients spread evenly over the shards), and each
+// placement's binding and counter are on two other shards, chosen at
+// random, each on a random machine of its shard. The machines are the
+// first of m0, m1, ... that fill a quarter of p.Machines (rounded up) on
+// each shard.
+func threeShards(ns string, p Params) placeSpread {
+	router := keyspace.NewRouter(place4Shards)
+	jobs := namesByShard(router, ceilDiv(p.Clients, place4Shards), "j",
+		func(j string) string { return "/tasks/" + ns + "/" + j + "/" })
+	machines := namesByShard(router, ceilDiv(p.Machines, place4Shards), "m",
+		func(m string) string { return "/alloc/" + m + "/" })
+	return placeSpread{
+		job: func(id int) string { return jobs[id%place4Shards][id/place4Shards] },
+		machines: func(r *rand.Rand, id int) (string, string) {
+			// The shards other than the job's are id+1+k for k < others.
+			const others = place4Shards - 1
+			k := r.IntN(others)
+			l := (k + 1 + r.IntN(others-1)) % others
+			b := machines[(id+1+k)%place4Shards]
+			c := machines[(id+1+l)%place4Shards]
+			return b[r.IntN(len(b))], c[r.IntN(len(c))]
+		},
+	}
+}
+
+// namesByShard returns, for each shard of router, the first n of the
+// names prefix0, prefix1, ... whose key(name) falls on it.
+func namesByShard(router keyspace.Router, n int, prefix string, key func(name string) string) [][]string {
+	byShard := make([][]string, router.Shards())
+	for k, full := 0, 0; full < len(byShard); k++ {
+		name := prefix + strconv.Itoa(k)
+		sh := router.Shard(key(name))
+		if len(byShard[sh]) == n {
+			continue
+		}
+		byShard[sh] = append(byShard[sh], name)
+		if len(byShard[sh]) == n {
+			full++
+		}
+	}
+	return byShard
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }

@@ -63,10 +63,10 @@ func run(ctx context.Context, o options) error {
 		zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig()),
 		zapcore.Lock(os.Stderr), zapcore.ErrorLevel))
 	starters := map[string]bench.Starter{
-		"troupe": func(ctx context.Context, dir string) (bench.System, func() error, error) {
-			return bench.StartLocalTroupe(ctx, dir, o.Replicas, o.Shards, logger)
+		"troupe": func(ctx context.Context, dir string, shards int) (bench.System, func() error, error) {
+			return bench.StartLocalTroupe(ctx, dir, o.Replicas, shards, logger)
 		},
-		"etcd": func(ctx context.Context, dir string) (bench.System, func() error, error) {
+		"etcd": func(ctx context.Context, dir string, _ int) (bench.System, func() error, error) {
 			return startEtcd(ctx, dir, o.Replicas)
 		},
 	}
@@ -82,7 +82,7 @@ func run(ctx context.Context, o options) error {
 	rep := bench.NewReporter(os.Stdout, "troupe", "etcd")
 	cfg := bench.Config{Duration: o.Duration, Log: os.Stderr}
 	for _, name := range order {
-		if err := bench.RunSystem(ctx, name, starters[name], o.Dir, workloads, cfg, rep); err != nil {
+		if err := bench.RunSystem(ctx, name, starters[name], o.Dir, workloads, o.Shards, cfg, rep); err != nil {
 			return err
 		}
 	}
