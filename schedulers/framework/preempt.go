@@ -17,21 +17,20 @@ const preemptCandidates = 16
 // preemptCandidates machines where evictions would make room. Victims are
 // taken lowest priority first. Every filter is run again on the machine
 // as it would be without the victims.
-func (s *scheduling) preempt(t *Task) (*Machine, []*Running) {
+func (s *scheduling) preempt(class string, t *Task) (int, []*Running) {
 	var (
-		best        *Machine
+		best        = -1
 		bestVictims []*Running
 		found       int
 	)
 	for _, i := range s.order {
-		m := s.view(i)
-		victims := s.victims(t, m)
+		victims := s.victims(class, t, i)
 		if victims == nil {
 			continue
 		}
-		if best == nil || len(victims) < len(bestVictims) ||
+		if best < 0 || len(victims) < len(bestVictims) ||
 			(len(victims) == len(bestVictims) && maxPriority(victims) < maxPriority(bestVictims)) {
-			best, bestVictims = s.snap.Machines[i], victims
+			best, bestVictims = i, victims
 		}
 		if found++; found == preemptCandidates {
 			break
@@ -40,12 +39,14 @@ func (s *scheduling) preempt(t *Task) (*Machine, []*Running) {
 	return best, bestVictims
 }
 
-// victims returns the smallest prefix, by priority, of m's preemptible
-// tasks whose eviction lets t pass every filter on m; nil if none does.
-func (s *scheduling) victims(t *Task, m *Machine) []*Running {
+// victims returns the smallest prefix, by priority, of machine idx's
+// preemptible tasks whose eviction lets t pass every filter on it; nil if
+// none does.
+func (s *scheduling) victims(class string, t *Task, idx int) []*Running {
 	if s.snap.Running == nil {
 		return nil
 	}
+	m := s.view(idx)
 	var candidates []*Running
 	for _, r := range s.snap.Running(m.Name) {
 		if CanPreempt(t.Priority, r.Priority) && !s.evicted[r.Key] {
@@ -57,7 +58,7 @@ func (s *scheduling) victims(t *Task, m *Machine) []*Running {
 	}
 	slices.SortStableFunc(candidates, func(a, b *Running) int { return int(a.Priority - b.Priority) })
 	for n := 1; n <= len(candidates); n++ {
-		if s.filter(classKey(t), t, without(m, candidates[:n])).IsSuccess() {
+		if s.filter(class, t, idx, without(m, candidates[:n])).IsSuccess() {
 			return candidates[:n]
 		}
 	}
@@ -81,16 +82,17 @@ func without(m *Machine, victims []*Running) *Machine {
 	return &c
 }
 
-// evict removes victims from m in the plan's overlay.
-func (s *scheduling) evict(m *Machine, victims []*Running) {
+// evict removes victims from machine idx in the plan's overlay. The room
+// they leave may fit tasks that fitted nowhere before.
+func (s *scheduling) evict(idx int, victims []*Running) {
 	if len(victims) == 0 {
 		return
 	}
-	idx := slices.IndexFunc(s.snap.Machines, func(x *Machine) bool { return x == m })
-	s.assumed[m.Name] = without(s.view(idx), victims)
+	s.assumed[idx] = without(s.view(idx), victims)
 	for _, v := range victims {
 		s.evicted[v.Key] = true
 	}
+	clear(s.failed)
 }
 
 func maxPriority(rs []*Running) int32 {

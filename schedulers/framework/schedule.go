@@ -57,61 +57,96 @@ type Plan struct {
 // as allocated, its job's task count grows), so a plan never overcommits
 // the snapshot. Tasks with the same requirements form an equivalence
 // class whose static filter results are computed once per machine.
+//
+// A task that fits nowhere (even by preemption) fails the identical tasks
+// after it in the plan without another search, until an eviction frees
+// room: in a full cell a job's hundreds of tasks cost one scan, not
+// hundreds.
 func Schedule(p Profile, snap *Snapshot, tasks []*Task) *Plan {
-	s := &scheduling{p: p, snap: snap, assumed: map[string]*Machine{}, evicted: map[string]bool{}, static: map[string]map[staticKey]*Status{}}
+	s := &scheduling{p: p, snap: snap, assumed: map[int]*Machine{}, evicted: map[string]bool{}, static: map[string][]*Status{},
+		failed: map[string]*Status{}}
 	if p.Rand == nil {
 		s.p.Rand = rand.New(rand.NewPCG(1, 2))
+	}
+	for _, f := range p.Filters {
+		if _, ok := f.(Static); ok {
+			s.statics = append(s.statics, f)
+		} else {
+			s.dynamics = append(s.dynamics, f)
+		}
 	}
 	s.order = s.p.Rand.Perm(len(snap.Machines))
 	plan := &Plan{}
 	for _, t := range tasks {
-		m, score, st := s.place(t)
-		var victims []*Running
-		if m == nil && st.Code == Unschedulable && p.Preempt {
-			m, victims = s.preempt(t)
-		}
-		if m == nil {
+		class := classKey(t)
+		fit := fitKey(class, t)
+		if st, ok := s.failed[fit]; ok {
 			plan.Failures = append(plan.Failures, Failure{Task: t, Status: st})
 			continue
 		}
-		plan.Placements = append(plan.Placements, Placement{Task: t, Machine: m, Score: score, Victims: victims})
-		s.evict(m, victims)
-		s.assume(t, m)
+		idx, score, st := s.place(class, t)
+		var victims []*Running
+		if idx < 0 && st.Code == Unschedulable && p.Preempt {
+			idx, victims = s.preempt(class, t)
+		}
+		if idx < 0 {
+			s.failed[fit] = st
+			plan.Failures = append(plan.Failures, Failure{Task: t, Status: st})
+			continue
+		}
+		plan.Placements = append(plan.Placements, Placement{Task: t, Machine: s.snap.Machines[idx], Score: score, Victims: victims})
+		s.evict(idx, victims)
+		s.assume(t, idx)
 	}
 	plan.Examined, plan.StaticHits = s.examined, s.staticHits
 	return plan
 }
 
 type scheduling struct {
-	p       Profile
-	snap    *Snapshot
-	order   []int                            // machine indexes in the order examined
-	next    int                              // where the next task starts in order
-	assumed map[string]*Machine              // machines changed by this plan so far
-	evicted map[string]bool                  // victims of this plan's preemptions
-	static  map[string]map[staticKey]*Status // by class
+	p                 Profile
+	statics, dynamics []FilterPlugin
+	snap              *Snapshot
+	order             []int                // machine indexes in the order examined
+	next              int                  // where the next task starts in order
+	assumed           map[int]*Machine     // machines changed by this plan so far, by index
+	evicted           map[string]bool      // victims of this plan's preemptions
+	static            map[string][]*Status // by class, by machine index: the static filters' verdict
+	failed            map[string]*Status   // by fitKey: tasks that fit nowhere
 
 	examined, staticHits int
 }
 
+// staticPass is the static verdict of a machine that passes every static
+// filter (nil in the cache: not evaluated yet).
+var staticPass = &Status{Code: Success}
+
+// fitKey identifies the tasks of a class with the same requests: if one
+// fits nowhere in a plan, neither does the next.
+func fitKey(class string, t *Task) string {
+	var b strings.Builder
+	b.WriteString(class)
+	for _, r := range slices.Sorted(maps.Keys(t.Requests)) {
+		fmt.Fprintf(&b, "\x00%s=%d", r, t.Requests[r])
+	}
+	return b.String()
+}
+
 // view returns machine i as the plan so far has left it.
 func (s *scheduling) view(i int) *Machine {
-	m := s.snap.Machines[i]
-	if a, ok := s.assumed[m.Name]; ok {
+	if a, ok := s.assumed[i]; ok {
 		return a
 	}
-	return m
+	return s.snap.Machines[i]
 }
 
 // place finds the machine for t: the best scoring of the first
 // SampleFeasible feasible machines, starting where the previous task
-// stopped. It returns the snapshot's machine (not the assumed view).
-func (s *scheduling) place(t *Task) (*Machine, int64, *Status) {
+// stopped. It returns the machine's index (-1: none fits).
+func (s *scheduling) place(class string, t *Task) (int, int64, *Status) {
 	n := len(s.order)
 	if n == 0 {
-		return nil, 0, NewStatus(Unschedulable, "Schedule", "the cell has no machines")
+		return -1, 0, NewStatus(Unschedulable, "Schedule", "the cell has no machines")
 	}
-	class := classKey(t)
 	scores := s.preScore(t)
 	var (
 		best      *Machine
@@ -126,7 +161,7 @@ func (s *scheduling) place(t *Task) (*Machine, int64, *Status) {
 	for ; i < n; i++ {
 		idx := s.order[(start+i)%n]
 		m := s.view(idx)
-		st := s.filter(class, t, m)
+		st := s.filter(class, t, idx, m)
 		if !st.IsSuccess() {
 			if st.Code == Error {
 				lastErr = st
@@ -152,42 +187,43 @@ func (s *scheduling) place(t *Task) (*Machine, int64, *Status) {
 	s.next = (start + i) % n
 	if best == nil {
 		if lastErr != nil {
-			return nil, 0, lastErr
+			return -1, 0, lastErr
 		}
-		return nil, 0, unschedulable(reasons, n)
+		return -1, 0, unschedulable(reasons, n)
 	}
-	return s.snap.Machines[bestIdx], bestScore, nil
+	return bestIdx, bestScore, nil
 }
 
-// staticKey names a static filter's verdict on a machine.
-type staticKey struct {
-	filter  int // index in Profile.Filters
-	machine string
-}
-
-// filter runs the filters, answering static ones from the class cache.
-func (s *scheduling) filter(class string, t *Task, m *Machine) *Status {
+// filter runs the filters on machine idx as m (its view), answering the
+// static ones from the class's cache: they look only at what never
+// changes in a plan (labels, taints, the machine object), so one verdict
+// per class and machine serves every task of the class.
+func (s *scheduling) filter(class string, t *Task, idx int, m *Machine) *Status {
 	s.examined++
-	for i, f := range s.p.Filters {
-		if _, ok := f.(Static); ok {
-			cache := s.static[class]
-			if cache == nil {
-				cache = map[staticKey]*Status{}
-				s.static[class] = cache
-			}
-			key := staticKey{i, m.Name}
-			st, hit := cache[key]
-			if hit {
-				s.staticHits++
-			} else {
-				st = f.Filter(t, m)
-				cache[key] = st
-			}
-			if !st.IsSuccess() {
-				return st
-			}
-			continue
+	if len(s.statics) > 0 {
+		cache := s.static[class]
+		if cache == nil {
+			cache = make([]*Status, len(s.snap.Machines))
+			s.static[class] = cache
 		}
+		v := cache[idx]
+		if v != nil {
+			s.staticHits++
+		} else {
+			v = staticPass
+			for _, f := range s.statics {
+				if st := f.Filter(t, m); !st.IsSuccess() {
+					v = st
+					break
+				}
+			}
+			cache[idx] = v
+		}
+		if v != staticPass {
+			return v
+		}
+	}
+	for _, f := range s.dynamics {
 		if st := f.Filter(t, m); !st.IsSuccess() {
 			return st
 		}
@@ -224,10 +260,11 @@ func score(scores []WeightedScore, t *Task, m *Machine) int64 {
 	return total
 }
 
-// assume records t on machine m in the plan's overlay.
-func (s *scheduling) assume(t *Task, m *Machine) {
-	a, ok := s.assumed[m.Name]
+// assume records t on machine idx in the plan's overlay.
+func (s *scheduling) assume(t *Task, idx int) {
+	a, ok := s.assumed[idx]
 	if !ok {
+		m := s.snap.Machines[idx]
 		c := *m
 		c.Allocated = maps.Clone(m.Allocated)
 		if c.Allocated == nil {
@@ -238,7 +275,7 @@ func (s *scheduling) assume(t *Task, m *Machine) {
 			c.JobTasks = map[string]int{}
 		}
 		a = &c
-		s.assumed[m.Name] = a
+		s.assumed[idx] = a
 	}
 	for r, v := range t.Requests {
 		a.Allocated[r] += v

@@ -241,8 +241,8 @@ func (s *Simulator) fail(err error) {
 }
 
 // Run simulates until the workload is exhausted and every task has ended
-// (or Horizon), and returns the measures.
-func (s *Simulator) Run(jobs workload.Source) (*Stats, error) {
+// (or Horizon, or ctx ends), and returns the measures.
+func (s *Simulator) Run(ctx context.Context, jobs workload.Source) (*Stats, error) {
 	next, err := jobs.Next()
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, err
@@ -250,7 +250,10 @@ func (s *Simulator) Run(jobs workload.Source) (*Stats, error) {
 	if err == nil {
 		s.at(next.Submit, func() { s.arrive(next, jobs) })
 	}
-	for s.events.Len() > 0 && s.err == nil {
+	for n := 0; s.events.Len() > 0 && s.err == nil; n++ {
+		if n%4096 == 0 && ctx.Err() != nil {
+			return nil, fmt.Errorf("sim: stopped at %v of virtual time: %w", s.now, ctx.Err())
+		}
 		ev := heap.Pop(&s.events).(*event)
 		if s.cfg.Horizon > 0 && ev.at > s.cfg.Horizon {
 			break
@@ -307,10 +310,13 @@ func (s *Simulator) submit(job workload.Job) error {
 	}
 	js.sched = sched
 	tx := clientlib.NewTxn(s.store)
-	for _, t := range job.Tasks {
+	// A task's index in the store is its position in the job (traces may
+	// skip indices), so that it also indexes js.tasks.
+	for pos, t := range job.Tasks {
+		index := int32(pos)
 		task := &troupev1.Task{
-			Metadata: &troupev1.ObjectMeta{Name: clientlib.TaskName(job.ID, t.Index), Namespace: "sim"},
-			Spec: &troupev1.TaskSpec{Job: job.ID, Index: t.Index, Type: jobType(job.Type), Priority: job.Priority, Scheduler: sched.cfg.Kind,
+			Metadata: &troupev1.ObjectMeta{Name: clientlib.TaskName(job.ID, index), Namespace: "sim"},
+			Spec: &troupev1.TaskSpec{Job: job.ID, Index: index, Type: jobType(job.Type), Priority: job.Priority, Scheduler: sched.cfg.Kind,
 				Constraints: &troupev1.Constraints{DistinctMachines: job.DistinctMachines, MatchLabels: job.MatchLabels}, Submitted: timestampAt(s.now),
 				Template: &troupev1.TaskTemplate{Command: "sim", Requests: map[string]int64{"cpu": t.CPU, "memory": t.Memory}}},
 			Status: &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_PENDING},

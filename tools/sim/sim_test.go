@@ -60,7 +60,7 @@ func run(t *testing.T, cfg Config, jobs []workload.Job) *Stats {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := s.Run(workload.FromJobs(jobs))
+	st, err := s.Run(t.Context(), workload.FromJobs(jobs))
 	if err != nil {
 		t.Fatal(err)
 	}

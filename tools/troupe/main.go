@@ -14,6 +14,7 @@
 //	troupe logs     print a task's output, from its machine's agent
 //	troupe status   show a store node's status
 //	troupe bench    run benchmarks
+//	troupe sim      simulate schedulers on a trace or a synthetic workload
 package main
 
 import (
@@ -42,6 +43,7 @@ func commands() []command {
 		{"logs", "print a task's output", runLogs},
 		{"status", "show a store node's status", runStatus},
 		{"bench", "run benchmarks (store workloads, cache, schedule)", runBench},
+		{"sim", "simulate schedulers on a trace or synthetic workload", runSim},
 	}
 }
 
