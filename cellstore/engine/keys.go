@@ -28,9 +28,11 @@ const (
 // Prefixes of the storage key families, for storage layers that index
 // them (see the package comment).
 const (
-	MetaPrefix = prefixMeta
-	DataPrefix = prefixData
-	TxnPrefix  = prefixTxn
+	MetaPrefix     = prefixMeta
+	DataPrefix     = prefixData
+	TxnPrefix      = prefixTxn
+	IntentPrefix   = prefixIntent
+	PreparedPrefix = prefixPrepared
 )
 
 // DataKey is the storage key of user key k.

@@ -6,6 +6,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -110,7 +111,9 @@ type eqGen struct {
 	now     int64
 	nextTxn int
 	txns    []*storev1.Proposal // proposals with a fresh txn_id, oldest first
-	stats   *eqStats
+	// prepared are cross-shard transactions prepared and not resolved.
+	prepared []*storev1.Proposal
+	stats    *eqStats
 }
 
 func newEqGen(rng *rand.Rand, ref engine.Storage, stats *eqStats) *eqGen {
@@ -142,6 +145,11 @@ func (g *eqGen) next(i int) (*storev1.Proposal, eqKind) {
 			kind = kindReuse
 		}
 	}
+	if p := g.crossShard(burst); p != nil {
+		p.NowUnixNanos = now
+		p.LogRetention = eqRetention[(i-1)/250%len(eqRetention)]
+		return p, kindFresh
+	}
 	var p *storev1.Proposal
 	if kind == kindRetry {
 		p = proto.Clone(g.earlierTxn()).(*storev1.Proposal)
@@ -161,6 +169,40 @@ func (g *eqGen) next(i int) (*storev1.Proposal, eqKind) {
 	p.NowUnixNanos = now
 	p.LogRetention = eqRetention[(i-1)/250%len(eqRetention)]
 	return p, kind
+}
+
+// crossShard now and then returns a cross-shard transaction's
+// PREPARE (its groups leave intents and reservations), or the RESOLVE of
+// one prepared earlier, committing all its groups, some or none; nil
+// otherwise.
+func (g *eqGen) crossShard(burst bool) *storev1.Proposal {
+	if burst {
+		return nil
+	}
+	switch r := g.rng.IntN(100); {
+	case r < 6:
+		p := g.request()
+		g.nextTxn++
+		p.TxnId = fmt.Sprintf("x-%04d", g.nextTxn)
+		p.Phase = storev1.Phase_PHASE_PREPARE
+		p.DedupeWindowNanos = g.window(false)
+		p.DeadlineUnixNanos = g.now + g.rng.Int64N(5e9)
+		g.prepared = append(g.prepared, p)
+		return proto.Clone(p).(*storev1.Proposal)
+	case r < 12 && len(g.prepared) > 0:
+		i := g.rng.IntN(len(g.prepared))
+		prep := g.prepared[i]
+		g.prepared = slices.Delete(g.prepared, i, i+1)
+		d := &storev1.Decision{}
+		for _, gi := range prep.GetGroupIndexes() {
+			if g.rng.IntN(3) > 0 {
+				d.CommittedGroups = append(d.CommittedGroups, gi)
+			}
+		}
+		return &storev1.Proposal{TxnId: prep.GetTxnId(), Phase: storev1.Phase_PHASE_RESOLVE, Decision: d,
+			DedupeWindowNanos: prep.GetDedupeWindowNanos(), Outcome: &storev1.Outcome{}}
+	}
+	return nil
 }
 
 // tick moves the proposers' clock forward irregularly; now and then a

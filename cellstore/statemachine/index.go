@@ -21,7 +21,9 @@ const maxCachedValue = 64
 // touching Pebble:
 //
 //   - data: every user data key that exists, with its record when small;
-//   - txns: every txn_id with a remembered outcome;
+//   - present: every key of the families looked up by name and mostly
+//     absent: txn_ids with a remembered outcome, keys with intents of
+//     cross-shard transactions, prepared transactions;
 //   - meta: the shard's metadata keys, which every proposal reads and
 //     rewrites. Their writes are combined: only the last value of an
 //     Update batch goes to Pebble (see flushMeta).
@@ -30,27 +32,37 @@ const maxCachedValue = 64
 // recovers a snapshot, and kept current by every write through
 // batchStorage.
 type keyIndex struct {
-	data  map[string][]byte // storage key → record (nil: exists, not cached)
-	txns  map[string]struct{}
-	meta  map[string][]byte
-	dirty map[string]bool // meta keys written since the last flushMeta
+	data    map[string][]byte // storage key → record (nil: exists, not cached)
+	present map[string]struct{}
+	meta    map[string][]byte
+	dirty   map[string]bool // meta keys written since the last flushMeta
+}
+
+// presenceIndexed reports whether the index knows every existing key of
+// the family that storage key k belongs to.
+func presenceIndexed(k []byte) bool {
+	switch k[0] {
+	case engine.TxnPrefix, engine.IntentPrefix, engine.PreparedPrefix:
+		return true
+	}
+	return false
 }
 
 // load rebuilds the index from db.
 func (x *keyIndex) load(db *pebble.DB) error {
-	*x = keyIndex{data: map[string][]byte{}, txns: map[string]struct{}{}, meta: map[string][]byte{}, dirty: map[string]bool{}}
+	*x = keyIndex{data: map[string][]byte{}, present: map[string]struct{}{}, meta: map[string][]byte{}, dirty: map[string]bool{}}
 	it, err := db.NewIter(nil)
 	if err != nil {
 		return err
 	}
 	for ok := it.First(); ok; ok = it.Next() {
 		k := it.Key()
-		switch k[0] {
-		case engine.DataPrefix:
+		switch {
+		case k[0] == engine.DataPrefix:
 			x.data[string(k)] = cacheable(it.Value())
-		case engine.TxnPrefix:
-			x.txns[string(k)] = struct{}{}
-		case engine.MetaPrefix:
+		case presenceIndexed(k):
+			x.present[string(k)] = struct{}{}
+		case k[0] == engine.MetaPrefix:
 			x.meta[string(k)] = append([]byte(nil), it.Value()...)
 		}
 	}
@@ -102,8 +114,8 @@ func (s batchStorage) Get(key []byte) ([]byte, error) {
 		if !ok || rec != nil {
 			return rec, nil
 		}
-	case engine.TxnPrefix:
-		if _, ok := s.idx.txns[string(key)]; !ok {
+	default:
+		if _, ok := s.idx.present[string(key)]; !ok && presenceIndexed(key) {
 			return nil, nil
 		}
 	}
@@ -118,8 +130,10 @@ func (s batchStorage) Set(key, value []byte) error {
 		return nil
 	case engine.DataPrefix:
 		s.idx.data[string(key)] = cacheable(value)
-	case engine.TxnPrefix:
-		s.idx.txns[string(key)] = struct{}{}
+	default:
+		if presenceIndexed(key) {
+			s.idx.present[string(key)] = struct{}{}
+		}
 	}
 	return s.b.Set(key, value, nil)
 }
@@ -132,8 +146,8 @@ func (s batchStorage) Delete(key []byte) error {
 		return nil
 	case engine.DataPrefix:
 		delete(s.idx.data, string(key))
-	case engine.TxnPrefix:
-		delete(s.idx.txns, string(key))
+	default:
+		delete(s.idx.present, string(key))
 	}
 	return s.b.Delete(key, nil)
 }
