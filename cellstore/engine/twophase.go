@@ -20,13 +20,15 @@ import (
 //     success leaves intents on the keys it reads and writes; nothing
 //     becomes visible and the revision does not move. A Prepared record
 //     remembers the transaction, its keys and a deadline.
-//  2. DECIDE on the coordinator (the first participant): the first
-//     decision recorded for the txn_id wins, so a driver and a recovering
-//     leader that races it (proposing abort) agree. The decision is kept
-//     as the txn_id's remembered outcome, which also makes retries of the
+//  2. DECIDE on the coordinator (the first participant), which is not
+//     prepared: its own parts of the groups are checked and committed in
+//     the same proposal as the decision (decideHere). The first decision
+//     recorded for the txn_id wins, so a driver and a recovering leader
+//     that races it (proposing abort) agree. The decision is kept as the
+//     txn_id's remembered outcome, which also makes retries of the
 //     request exactly-once.
-//  3. RESOLVE on every participant: the intents of the committed groups
-//     are applied at a new revision, the others dropped.
+//  3. RESOLVE on every other participant: the intents of the committed
+//     groups are applied at a new revision, the others dropped.
 //
 // Intents never block: an access that meets an incompatible intent fails
 // at once with FAILURE_REASON_INTENT, naming the key. Reads of a key are
@@ -365,7 +367,71 @@ func decide(st Storage, p *storev1.Proposal, now int64) (*Result, error) {
 	if out == nil {
 		out = &storev1.Outcome{}
 	}
-	return &Result{Outcome: out}, rememberTxn(st, p, out, now)
+	res := &Result{Outcome: out}
+	if len(p.GetGroups()) > 0 {
+		var err error
+		if res, err = decideHere(st, p); err != nil {
+			return nil, err
+		}
+	}
+	return res, rememberTxn(st, p, res.Outcome, now)
+}
+
+// decideHere commits the coordinator's own parts of the transaction's
+// groups together with the decision, so that the coordinator is never
+// prepared and resolved: p.Outcome says which groups the other
+// participants prepared (a failed group there fails here too), each part
+// here is checked as an APPLY would (conditions, bounds, intents), and
+// the groups that pass everywhere commit, their parts here at a new
+// revision. In an atomic transaction one failure aborts all.
+func decideHere(st Storage, p *storev1.Proposal) (*Result, error) {
+	out := proto.Clone(p.GetOutcome()).(*storev1.Outcome)
+	at := map[uint32]int{} // request group index → position in out
+	for j, gi := range out.GetGroupIndexes() {
+		at[gi] = j
+	}
+	rev, err := readMeta(st, metaRevision)
+	if err != nil {
+		return nil, err
+	}
+	a := &applier{st: st, rev: rev + 1, committed: map[string]pending{}}
+	failed := false
+	for i, g := range p.GetGroups() {
+		j, ok := at[p.GetGroupIndexes()[i]]
+		if !ok || !out.Groups[j].GetCommitted() {
+			failed = true
+			continue
+		}
+		f, err := a.checkIntents(nil, g)
+		if err != nil {
+			return nil, err
+		}
+		var overlay map[string]pending
+		if f == nil {
+			if overlay, f, err = a.evaluate(g); err != nil {
+				return nil, err
+			}
+		}
+		if f != nil {
+			out.Groups[j] = &storev1.GroupResult{Failure: f}
+			failed = true
+			continue
+		}
+		a.merge(overlay)
+	}
+	if p.GetAtomic() && failed {
+		AbortAll(out.Groups)
+		a.committed, a.order = nil, nil
+	}
+	res := &Result{Outcome: out}
+	if res.Changes, err = a.write(p.GetLogRetention()); err != nil {
+		return nil, err
+	}
+	out.Revision = rev
+	if res.Changes != nil {
+		out.Revision = a.rev
+	}
+	return res, nil
 }
 
 // resolve applies the intents of p's transaction on this shard as its

@@ -215,3 +215,40 @@ func TestAtomicPrepareAndOverdue(t *testing.T) {
 		t.Fatalf("overdue at 300: %v", ids)
 	}
 }
+
+// The coordinator commits its own parts with the decision: a group that
+// failed elsewhere or fails here is not applied, the others are, at one
+// new revision; atomic, one failure aborts all; a repeated DECIDE returns
+// the recorded outcome without applying again.
+func TestDecideCommitsTheCoordinatorsParts(t *testing.T) {
+	st := NewMemStorage()
+	mustApply(t, st, applyP(&storev1.Group{Ops: []*storev1.Op{putOp("/held", "v")}}))
+	prepared := &storev1.Outcome{GroupIndexes: []uint32{0, 1, 2}, Groups: []*storev1.GroupResult{
+		{Committed: true}, {Failure: &storev1.Failure{Reason: storev1.FailureReason_FAILURE_REASON_VERSION_MISMATCH}}, {Committed: true}}}
+	decideP := func(txn string, atomic bool) *storev1.Proposal {
+		return &storev1.Proposal{TxnId: txn, Phase: storev1.Phase_PHASE_DECIDE, NowUnixNanos: 2, DedupeWindowNanos: window, RequestHash: 7,
+			Atomic: atomic, GroupIndexes: []uint32{0, 1, 2}, Outcome: prepared, Groups: []*storev1.Group{
+				{Ops: []*storev1.Op{addOp("/c", 1, 0, 10)}},
+				{Ops: []*storev1.Op{putOp("/failed-elsewhere", "x")}},
+				{Conditions: []*storev1.Condition{{Key: "/held", Version: 99}}, Ops: []*storev1.Op{putOp("/stale", "x")}},
+			}}
+	}
+	res := mustApply(t, st, decideP("t", false))
+	out := res.Outcome
+	if !out.GetGroups()[0].GetCommitted() || out.GetGroups()[1].GetCommitted() || reason(res, 2) != storev1.FailureReason_FAILURE_REASON_VERSION_MISMATCH {
+		t.Fatalf("decide: %v", out)
+	}
+	if v, ver := counter(t, st, "/c"); v != 1 || ver != out.GetRevision() || len(res.Changes.GetEvents()) != 1 {
+		t.Fatalf("/c = %d at %d, outcome revision %d, changes %v", v, ver, out.GetRevision(), res.Changes)
+	}
+	if again := mustApply(t, st, decideP("t", false)); !again.Outcome.GetDuplicate() || again.Changes != nil {
+		t.Fatalf("repeated decide: %v", again.Outcome)
+	}
+	if v, _ := counter(t, st, "/c"); v != 1 {
+		t.Fatalf("/c = %d after a repeated decide, want 1", v)
+	}
+	res = mustApply(t, st, decideP("atomic", true))
+	if res.Changes != nil || reason(res, 0) != storev1.FailureReason_FAILURE_REASON_ABORTED {
+		t.Fatalf("atomic decide with a failure: %v %v", res.Outcome, res.Changes)
+	}
+}

@@ -17,10 +17,11 @@ import (
 
 // Cross-shard commits: this node drives a two-phase commit of the groups
 // of a request that span shards (all of an atomic request's groups when
-// they do), as the engine's package describes: PREPARE on every
+// they do), as the engine's package describes: PREPARE on every other
 // participant in parallel, DECIDE on the coordinator (the lowest
-// participant), RESOLVE on every participant in parallel. A request's
-// single-shard groups commit beside it as usual.
+// participant, whose own parts commit with the decision), RESOLVE on the
+// other participants in parallel: 2n-1 proposals for n shards. A
+// request's single-shard groups commit beside it as usual.
 //
 // The transaction's id is the request's txn_id with crossShardSuffix, so
 // that its decision, remembered on the coordinator, is told apart from
@@ -92,7 +93,8 @@ func (s *Server) commitCrossShard(ctx context.Context, x *crossShard, atomic boo
 		return false, errOverloaded
 	}
 	defer s.inflight.Release(int64(len(x.participants)))
-	prepared, perr := s.eachShard(ctx, x.participants, func(sh uint32) *storev1.Proposal { return x.parts[sh] })
+	coordinator, others := x.participants[0], x.participants[1:]
+	prepared, perr := s.eachShard(ctx, others, func(sh uint32) *storev1.Proposal { return x.parts[sh] })
 	if s.cfg.PrepareDelay > 0 {
 		select {
 		case <-time.After(s.cfg.PrepareDelay):
@@ -104,16 +106,19 @@ func (s *Server) commitCrossShard(ctx context.Context, x *crossShard, atomic boo
 	if perr == nil {
 		out = decideOutcome(x, prepared, atomic)
 	}
-	decided, err := s.backend.Propose(ctx, x.participants[0], &storev1.Proposal{TxnId: x.id, Phase: storev1.Phase_PHASE_DECIDE,
-		NowUnixNanos: s.cfg.Now().UnixNano(), DedupeWindowNanos: int64(s.cfg.DedupeWindow), RequestHash: x.parts[x.participants[0]].GetRequestHash(),
-		Outcome: out})
+	// The coordinator's own parts commit with the decision.
+	here := x.parts[coordinator]
+	decided, err := s.backend.Propose(ctx, coordinator, &storev1.Proposal{TxnId: x.id, Phase: storev1.Phase_PHASE_DECIDE,
+		Groups: here.GetGroups(), GroupIndexes: here.GetGroupIndexes(), Atomic: atomic, NowUnixNanos: s.cfg.Now().UnixNano(),
+		DedupeWindowNanos: int64(s.cfg.DedupeWindow), LogRetention: s.cfg.LogRetention, RequestHash: here.GetRequestHash(), Outcome: out})
 	if err != nil {
-		return false, fmt.Errorf("cross-shard commit: decide on shard %d: %w", x.participants[0], err)
+		return false, fmt.Errorf("cross-shard commit: decide on shard %d: %w", coordinator, err)
 	}
-	revisions, err := s.resolveAll(ctx, x.id, x.participants, decided)
+	revisions, err := s.resolveAll(ctx, x.id, others, decided)
 	if err != nil {
 		return false, fmt.Errorf("cross-shard commit: resolve: %w", err)
 	}
+	revisions[coordinator] = decided.GetRevision()
 	why := "the cross-shard transaction was aborted before it was decided (its driver stopped)"
 	if perr != nil {
 		why = "the cross-shard transaction was aborted: " + perr.Error()

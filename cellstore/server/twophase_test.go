@@ -145,8 +145,9 @@ func TestCrossShardGroups(t *testing.T) {
 
 // A driver that dies after preparing leaves intents that refuse other
 // writers at once; once overdue, the participants' leaders abort the
-// transaction. A driver that dies after deciding to commit leaves it to
-// them to finish the commit. Either way a retry gets the decided outcome.
+// transaction. A driver that dies after deciding to commit (the
+// coordinator's part is committed with the decision) leaves it to them to
+// finish the commit. Either way a retry gets the decided outcome.
 func TestDeadDriverRecovery(t *testing.T) {
 	x := newCrossShardServer(t)
 	a, b := x.keyOn("/machines/a%d", 0), x.keyOn("/machines/b%d", 3)
@@ -170,10 +171,11 @@ func TestDeadDriverRecovery(t *testing.T) {
 			t.Fatalf("recovery before the deadline: %d %v", n, err)
 		}
 	}
+	// Shard 0 coordinates: its part was never prepared; shard 3's was.
 	x.clock.Add(int64(x.cfg.TxnTimeout) + 1)
-	for _, sh := range []uint32{0, 3} {
-		if n, err := x.ResolveOverdue(context.Background(), sh); err != nil || n != 1 {
-			t.Fatalf("recovery of shard %d: %d %v", sh, n, err)
+	for sh, want := range map[uint32]int{0: 0, 3: 1} {
+		if n, err := x.ResolveOverdue(context.Background(), sh); err != nil || n != want {
+			t.Fatalf("recovery of shard %d: %d %v, want %d", sh, n, err, want)
 		}
 	}
 	resp = x.commit(t, &storev1.CommitRequest{TxnId: "other2", Groups: []*storev1.Group{groupOf(nil, put(b, "2"))}})
@@ -193,10 +195,15 @@ func TestDeadDriverRecovery(t *testing.T) {
 		t.Fatalf("commit dying before resolution: %v", err)
 	}
 	x.backend.fail.Store(storev1.Phase_PHASE_RESOLVE, false)
+	// The coordinator (shard 1) committed its part with the decision;
+	// shard 2's leader finishes the rest.
+	if vc, _ := x.value(t, c); vc != "3" {
+		t.Fatalf("%s = %q after the decision, want 3", c, vc)
+	}
 	x.clock.Add(int64(x.cfg.TxnTimeout) + 1)
-	for _, sh := range []uint32{1, 2} {
-		if n, err := x.ResolveOverdue(context.Background(), sh); err != nil || n != 1 {
-			t.Fatalf("recovery of shard %d: %d %v", sh, n, err)
+	for sh, want := range map[uint32]int{1: 0, 2: 1} {
+		if n, err := x.ResolveOverdue(context.Background(), sh); err != nil || n != want {
+			t.Fatalf("recovery of shard %d: %d %v, want %d", sh, n, err, want)
 		}
 	}
 	if vc, _ := x.value(t, c); vc != "3" {
