@@ -12,6 +12,8 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/troupe-cluster/troupe/agents/agent"
+	"github.com/troupe-cluster/troupe/agents/runtime"
 	"github.com/troupe-cluster/troupe/cellstore/localcell"
 	"github.com/troupe-cluster/troupe/clientlib"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
@@ -31,6 +33,10 @@ type ScheduleConfig struct {
 	// Shards of the store (default 1). With more, a placement's task and
 	// machine keys mostly fall on different shards: cross-shard commits.
 	Shards int
+	// HollowAgents runs a node agent with the simulated runtime for each
+	// machine (it registers the machine, renews its lease, watches its
+	// bindings and "runs" them); without, machines are only registered.
+	HollowAgents bool
 	// Dir holds the store's data.
 	Dir string
 	// Seed draws the tasks' requests and the schedulers' machine orders.
@@ -100,12 +106,15 @@ func RunSchedule(ctx context.Context, cfg ScheduleConfig) (ScheduleResult, error
 		return res, err
 	}
 	defer admin.Close()
-	if err := putAll(ctx, admin, cfg.Machines, func(g *clientlib.Group, i int) { clientlib.PutObject(g, clientlib.Machines, benchMachine(i)) }); err != nil {
-		return res, fmt.Errorf("register machines: %w", err)
-	}
-
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
+	if cfg.HollowAgents {
+		if err := startHollowAgents(runCtx, admin, cfg); err != nil {
+			return res, err
+		}
+	} else if err := putAll(ctx, admin, cfg.Machines, func(g *clientlib.Group, i int) { clientlib.PutObject(g, clientlib.Machines, benchMachine(i)) }); err != nil {
+		return res, fmt.Errorf("register machines: %w", err)
+	}
 	// The instances share one process, so they share its cell cache.
 	cacheClient, err := newClient()
 	if err != nil {
@@ -198,6 +207,38 @@ func RunSchedule(ctx context.Context, cfg ScheduleConfig) (ScheduleResult, error
 		res.ConflictFraction = float64(res.Conflicts) / float64(res.Placed)
 	}
 	return res, nil
+}
+
+// startHollowAgents starts an agent with the simulated runtime for each
+// machine (tasks "run" for an hour) and waits until every machine has
+// registered.
+func startHollowAgents(ctx context.Context, c *clientlib.Client, cfg ScheduleConfig) error {
+	rt := &runtime.Sim{DefaultDuration: time.Hour}
+	for i := range cfg.Machines {
+		m := benchMachine(i)
+		a, err := agent.New(c, agent.Config{Machine: m.GetMetadata().GetName(), Capacity: m.GetSpec().GetCapacity(), Labels: m.GetMetadata().GetLabels(),
+			Runtime: rt, LeaseDuration: time.Hour, RenewInterval: 30 * time.Minute, StopGrace: time.Second, Now: time.Now, Logger: cfg.Logger})
+		if err != nil {
+			return err
+		}
+		go a.Run(ctx)
+	}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ms, _, err := clientlib.List(ctx, c, clientlib.Machines, "")
+		if err != nil {
+			return fmt.Errorf("hollow agents: %w", err)
+		}
+		if len(ms) == cfg.Machines {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("hollow agents: %d of %d machines registered: %w", len(ms), cfg.Machines, ctx.Err())
+		case <-tick.C:
+		}
+	}
 }
 
 // putAll writes n objects, put by put(g, i) into group g, in requests of

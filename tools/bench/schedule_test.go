@@ -10,8 +10,10 @@ import (
 )
 
 // Competing batch schedulers place 10,000 tasks on 1,000 hollow machines
-// of a real store; the audit of every machine finds no allocation above
-// capacity and counters that match the tasks bound.
+// of a real store (one run with a hollow agent per machine, which
+// registers it and runs what is bound to it); the audit of every machine
+// finds no allocation above capacity and counters that match the tasks
+// bound.
 func TestCompetingSchedulersAudit(t *testing.T) {
 	machines, tasks := 1000, 10000
 	if testing.Short() {
@@ -20,13 +22,14 @@ func TestCompetingSchedulersAudit(t *testing.T) {
 	for _, tc := range []struct {
 		mode   framework.ConflictMode
 		shards int
-	}{{framework.Fine, 1}, {framework.Coarse, 1}, {framework.Fine, 4}} {
+		agents bool
+	}{{framework.Fine, 1, true}, {framework.Coarse, 1, false}, {framework.Fine, 4, false}} {
 		mode := tc.mode
-		t.Run(fmt.Sprintf("%s/%d-shards", conflictName(mode), tc.shards), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/%d-shards/agents=%v", conflictName(mode), tc.shards, tc.agents), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 			defer cancel()
 			res, err := RunSchedule(ctx, ScheduleConfig{Machines: machines, Tasks: tasks, TasksPerJob: 50, Schedulers: 2,
-				Conflict: mode, Shards: tc.shards, Dir: t.TempDir(), Seed: 7})
+				Conflict: mode, Shards: tc.shards, HollowAgents: tc.agents, Dir: t.TempDir(), Seed: 7})
 			if err != nil {
 				t.Fatal(err)
 			}

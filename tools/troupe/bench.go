@@ -110,6 +110,7 @@ func runScheduleBench(args []string) error {
 	conflicts := fs.String("conflict", "fine,coarse", "comma-separated conflict modes to run: fine, coarse")
 	seed := fs.Uint64("seed", 1, "seed of the tasks' requests and the schedulers' choices")
 	shards := fs.Int("shards", 1, "store shards (more than 1: placements commit across shards)")
+	agents := fs.Bool("hollow-agents", false, "run a hollow agent (simulated runtime) for each machine instead of only registering it")
 	dir := fs.String("dir", "", "parent of the temporary data directories")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the runs to this file")
 	gogc := fs.Int("gogc", 400, "garbage collection target percentage for the run (Go's GOGC; the cell and its schedulers share this process)")
@@ -154,7 +155,7 @@ func runScheduleBench(args []string) error {
 				return err
 			}
 			res, err := bench.RunSchedule(ctx, bench.ScheduleConfig{Machines: *machines, Tasks: *tasks, TasksPerJob: *perJob,
-				Schedulers: n, Conflict: mode, Shards: *shards, Dir: runDir, Seed: *seed})
+				Schedulers: n, Conflict: mode, Shards: *shards, HollowAgents: *agents, Dir: runDir, Seed: *seed})
 			os.RemoveAll(runDir)
 			if err != nil {
 				return fmt.Errorf("%d schedulers, %v: %w", n, mode, err)
