@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -40,6 +41,7 @@ type Controller struct {
 	machines *cache.Informer[*troupev1.Machine]
 	leases   *cache.Informer[*troupev1.Lease]
 	tasks    *cache.Informer[*troupev1.Task]
+	checking sync.Mutex // one Check at a time
 }
 
 // New returns a node lifecycle controller over client c.
@@ -73,6 +75,8 @@ func (ctl *Controller) Run(ctx context.Context) error {
 
 // Check compares every machine's lease with the clock once.
 func (ctl *Controller) Check(ctx context.Context) {
+	ctl.checking.Lock()
+	defer ctl.checking.Unlock()
 	now := ctl.cfg.Now()
 	for _, m := range ctl.machines.Indexer().List() {
 		name := m.GetMetadata().GetName()
