@@ -92,6 +92,7 @@ func (s *scheduling) evict(idx int, victims []*Running) {
 	for _, v := range victims {
 		s.evicted[v.Key] = true
 	}
+	s.evictedAny = true
 	clear(s.failed)
 }
 

@@ -112,6 +112,7 @@ type scheduling struct {
 	evicted           map[string]bool      // victims of this plan's preemptions
 	static            map[string][]*Status // by class, by machine index: the static filters' verdict
 	failed            map[string]*Status   // by fitKey: tasks that fit nowhere
+	evictedAny        bool                 // the plan has evicted tasks
 
 	examined, staticHits int
 }
@@ -146,6 +147,9 @@ func (s *scheduling) place(class string, t *Task) (int, int64, *Status) {
 	n := len(s.order)
 	if n == 0 {
 		return -1, 0, NewStatus(Unschedulable, "Schedule", "the cell has no machines")
+	}
+	if st := s.tooLarge(t, n); st != nil {
+		return -1, 0, st
 	}
 	scores := s.preScore(t)
 	var (
@@ -192,6 +196,21 @@ func (s *scheduling) place(class string, t *Task) (int, int64, *Status) {
 		return -1, 0, unschedulable(reasons, n)
 	}
 	return bestIdx, bestScore, nil
+}
+
+// tooLarge fails t at once when it requests more of a resource than any
+// machine has free (Snapshot.MaxFree); evictions in the plan may have
+// freed more, so it answers only before the first.
+func (s *scheduling) tooLarge(t *Task, machines int) *Status {
+	if s.snap.MaxFree == nil || s.evictedAny {
+		return nil
+	}
+	for _, r := range slices.Sorted(maps.Keys(t.Requests)) {
+		if q := t.Requests[r]; q > 0 && q > s.snap.MaxFree[r] {
+			return NewStatus(Unschedulable, "Schedule", fmt.Sprintf("0/%d machines fit: none has %d %s free", machines, q, r))
+		}
+	}
+	return nil
 }
 
 // filter runs the filters on machine idx as m (its view), answering the

@@ -157,3 +157,15 @@ func TestScheduleErrorsAndEmptyCell(t *testing.T) {
 		t.Fatalf("empty cell: %+v", plan.Failures)
 	}
 }
+
+// A task asking for more than any machine has free (Snapshot.MaxFree)
+// fails without a machine being examined.
+func TestMaxFreeFailsWithoutScanning(t *testing.T) {
+	m := &Machine{Name: "m", Capacity: map[string]int64{"cpu": 1000}, Allocated: map[string]int64{"cpu": 600}}
+	snap := &Snapshot{Machines: []*Machine{m}, MaxFree: map[string]int64{"cpu": 511}}
+	task := &Task{Key: "/tasks/ns/j/0", Job: "ns/j", Task: &troupev1.Task{}, Requests: map[string]int64{"cpu": 512}}
+	plan := Schedule(Profile{Filters: []FilterPlugin{&fit{}}}, snap, []*Task{task})
+	if len(plan.Failures) != 1 || plan.Examined != 0 || !strings.Contains(plan.Failures[0].Status.String(), "none has 512 cpu free") {
+		t.Fatalf("plan %+v, failure %v", plan, plan.Failures)
+	}
+}

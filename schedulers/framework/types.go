@@ -108,6 +108,10 @@ func (m *Machine) Free(r string) int64 { return m.Capacity[r] - m.Allocated[r] }
 // it: placements it decides are assumed in an overlay.
 type Snapshot struct {
 	Machines []*Machine
+	// MaxFree, if set, bounds what any schedulable machine has free, by
+	// resource: a task requesting more fits nowhere, found without
+	// examining every machine of a full cell.
+	MaxFree map[string]int64
 	// Running returns the tasks bound to a machine. Preemption calls it,
 	// only for tasks that fit nowhere, so a scheduler answers it from its
 	// cache on demand; nil means no machine runs anything.

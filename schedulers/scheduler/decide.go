@@ -213,7 +213,7 @@ func (s *Scheduler) snapshot(job string) *framework.Snapshot {
 		}
 	}
 	s.mu.Unlock()
-	snap := &framework.Snapshot{Machines: s.view.Snapshot(jobTasks, job)}
+	snap := s.view.Snapshot(jobTasks, job)
 	if s.cfg.Profile.Preempt {
 		snap.Running = s.running
 	}

@@ -148,7 +148,7 @@ func TestCompetingBatchSchedulers(t *testing.T) {
 			}
 			i := slices.IndexFunc(evs, func(e *troupev1.Event) bool { return e.GetReason() == reason })
 			if i >= 0 {
-				if reason == "FailedScheduling" && !strings.Contains(evs[i].GetMessage(), "ResourceFit") {
+				if reason == "FailedScheduling" && !strings.Contains(evs[i].GetMessage(), "9000 cpu") {
 					t.Fatalf("FailedScheduling event without the reason: %v", evs[i])
 				}
 				break

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"maps"
+	"math/bits"
 	"strings"
 	"sync"
 
@@ -24,6 +25,10 @@ type MachineView struct {
 	index    map[string]int // machine name → position in machines
 	machines []*framework.Machine
 	entries  map[string]*viewEntry // by machine name, registered or not
+	// free counts the schedulable machines by resource and by the bit
+	// length of their free amount, so a decision learns in 64 steps the
+	// most any machine has free (framework.Snapshot.MaxFree).
+	free map[string]*[65]int
 }
 
 // viewEntry is what the view knows of one machine: its object (nil until
@@ -36,7 +41,7 @@ type viewEntry struct {
 
 // NewMachineView returns an empty view.
 func NewMachineView() *MachineView {
-	return &MachineView{index: map[string]int{}, entries: map[string]*viewEntry{}}
+	return &MachineView{free: map[string]*[65]int{}, index: map[string]int{}, entries: map[string]*viewEntry{}}
 }
 
 func (v *MachineView) entry(name string) *viewEntry {
@@ -109,6 +114,7 @@ func (v *MachineView) publish(name string) {
 	i, listed := v.index[name]
 	if e == nil || e.obj == nil {
 		if listed { // swap-remove
+			v.count(v.machines[i], -1)
 			last := len(v.machines) - 1
 			v.machines[i] = v.machines[last]
 			v.index[v.machines[i].Name] = i
@@ -124,11 +130,43 @@ func (v *MachineView) publish(name string) {
 		Unschedulable: m.GetSpec().GetUnschedulable() || m.GetStatus().GetPhase() == troupev1.MachinePhase_MACHINE_PHASE_LOST,
 	}
 	if listed {
+		v.count(v.machines[i], -1)
 		v.machines[i] = fm
+		v.count(fm, 1)
 		return
 	}
 	v.index[name] = len(v.machines)
 	v.machines = append(v.machines, fm)
+	v.count(fm, 1)
+}
+
+// count adds delta to the free-room buckets of m's resources.
+func (v *MachineView) count(m *framework.Machine, delta int) {
+	if m.Unschedulable {
+		return
+	}
+	for r := range m.Capacity {
+		b := v.free[r]
+		if b == nil {
+			b = &[65]int{}
+			v.free[r] = b
+		}
+		b[bits.Len64(uint64(max(m.Free(r), 0)))] += delta
+	}
+}
+
+// maxFree bounds what any schedulable machine has free, by resource.
+func (v *MachineView) maxFree() map[string]int64 {
+	out := make(map[string]int64, len(v.free))
+	for r, b := range v.free {
+		for n := len(b) - 1; n >= 0; n-- {
+			if b[n] > 0 {
+				out[r] = int64(uint64(1)<<n - 1) // every amount of bit length n is below 2^n
+				break
+			}
+		}
+	}
+	return out
 }
 
 // Machine returns the view of machine name (nil when it is not
@@ -142,13 +180,14 @@ func (v *MachineView) Machine(name string) *framework.Machine {
 	return nil
 }
 
-// Snapshot returns the machines for one decision of job, with jobTasks
-// (the job's tasks per machine) filled into copies of the machines that
-// have some.
-func (v *MachineView) Snapshot(jobTasks map[string]int, job string) []*framework.Machine {
+// Snapshot returns the cell for one decision of job: the machines, with
+// jobTasks (the job's tasks per machine) filled into copies of the
+// machines that have some, and the most any of them has free.
+func (v *MachineView) Snapshot(jobTasks map[string]int, job string) *framework.Snapshot {
 	v.mu.Lock()
 	out := make([]*framework.Machine, len(v.machines))
 	copy(out, v.machines)
+	maxFree := v.maxFree()
 	idx := make(map[string]int, len(jobTasks))
 	for name := range jobTasks {
 		if i, ok := v.index[name]; ok {
@@ -161,5 +200,5 @@ func (v *MachineView) Snapshot(jobTasks map[string]int, job string) []*framework
 		c.JobTasks = map[string]int{job: jobTasks[name]}
 		out[i] = &c
 	}
-	return out
+	return &framework.Snapshot{Machines: out, MaxFree: maxFree}
 }

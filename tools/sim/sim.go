@@ -395,7 +395,8 @@ func (s *Simulator) decide(sc *simScheduler) {
 	}
 	js.attempts++
 	sc.busy = true
-	snap := &framework.Snapshot{Machines: s.view.Snapshot(s.jobTasks(js), js.key), Running: s.running}
+	snap := s.view.Snapshot(s.jobTasks(js), js.key)
+	snap.Running = s.running
 	plan := framework.Schedule(sc.profile, snap, pending)
 	took := sc.cfg.Decision.For(len(pending))
 	start := s.now

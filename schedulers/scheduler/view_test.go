@@ -1,0 +1,36 @@
+package scheduler
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
+)
+
+// The view's MaxFree bounds what any schedulable machine has free, within
+// a factor of two, as machines and counters change; cordoned machines do
+// not count.
+func TestMachineViewMaxFree(t *testing.T) {
+	v := NewMachineView()
+	r := rand.New(rand.NewPCG(1, 2))
+	const n = 50
+	for i := range n {
+		v.SetMachine(&troupev1.Machine{Metadata: &troupev1.ObjectMeta{Name: fmt.Sprintf("m%d", i)},
+			Spec: &troupev1.MachineSpec{Capacity: map[string]int64{"cpu": 4000}, Unschedulable: i == 7}})
+	}
+	for step := range 500 {
+		m := r.IntN(n)
+		v.SetCounter(fmt.Sprintf("/alloc/m%d/cpu", m), r.Int64N(4001), uint64(step+1))
+		snap := v.Snapshot(nil, "")
+		var most int64
+		for _, fm := range snap.Machines {
+			if !fm.Unschedulable {
+				most = max(most, fm.Free("cpu"))
+			}
+		}
+		if bound := snap.MaxFree["cpu"]; bound < most || (most > 0 && bound > 2*most) {
+			t.Fatalf("step %d: bound %d for a largest free room of %d", step, bound, most)
+		}
+	}
+}
