@@ -119,6 +119,11 @@ func (s *Server) commitCrossShard(ctx context.Context, x *crossShard, atomic boo
 		return false, fmt.Errorf("cross-shard commit: resolve: %w", err)
 	}
 	revisions[coordinator] = decided.GetRevision()
+	if decided.GetDuplicate() {
+		// Decided before: the participants' revisions now are not the
+		// ones the commit gave its keys. The first reply had those.
+		revisions = nil
+	}
 	why := "the cross-shard transaction was aborted before it was decided (its driver stopped)"
 	if perr != nil {
 		why = "the cross-shard transaction was aborted: " + perr.Error()
@@ -207,8 +212,9 @@ func (s *Server) resolveProposal(id string, decided *storev1.Outcome) *storev1.P
 
 // fillResults puts the results of x's groups into resp: the decided
 // result, with, for a committed group, its first shard's revision and
-// every participant's in shard_revisions; groups the decision does not
-// name were aborted, for the reason aborted.
+// every participant's in shard_revisions (none when revisions is nil: a
+// retry's reply); groups the decision does not name were aborted, for
+// the reason aborted.
 func fillResults(x *crossShard, decided *storev1.Outcome, revisions map[uint32]uint64, aborted string, resp *storev1.CommitResponse) {
 	byGroup := map[uint32]*storev1.GroupResult{}
 	for j, gi := range decided.GetGroupIndexes() {
@@ -230,9 +236,12 @@ func fillResults(x *crossShard, decided *storev1.Outcome, revisions map[uint32]u
 			resp.Groups[gi] = &storev1.GroupResult{Failure: f, Shard: shards[0]}
 			continue
 		}
-		r := &storev1.GroupResult{Committed: true, Shard: shards[0], Revision: revisions[shards[0]], ShardRevisions: map[uint32]uint64{}}
-		for _, sh := range shards {
-			r.ShardRevisions[sh] = revisions[sh]
+		r := &storev1.GroupResult{Committed: true, Shard: shards[0]}
+		if revisions != nil {
+			r.Revision, r.ShardRevisions = revisions[shards[0]], map[uint32]uint64{}
+			for _, sh := range shards {
+				r.ShardRevisions[sh] = revisions[sh]
+			}
 		}
 		resp.Groups[gi] = r
 	}

@@ -276,3 +276,28 @@ func TestConcurrentCrossShardTransfers(t *testing.T) {
 	}
 	t.Logf("%d transfers committed, %d refused", committed.Load(), refused.Load())
 }
+
+// A retry of a committed cross-shard request gets its outcome without
+// revisions: the first reply had them, and the shards have moved on
+// since, so the revisions a retry could name are not the versions the
+// request gave its keys. (It used to name each participant's current
+// revision, which a client taking for b's version would find wrong.)
+func TestRetryOfCrossShardCommitNamesNoRevisions(t *testing.T) {
+	x := newCrossShardServer(t)
+	a, b, c := x.keyOn("/machines/a%d", 0), x.keyOn("/machines/b%d", 1), x.keyOn("/machines/c%d", 1)
+	req := &storev1.CommitRequest{TxnId: "t", Groups: []*storev1.Group{groupOf(nil, addOp(a, 1), addOp(b, 1))}}
+	first := x.commit(t, req).GetGroups()[0]
+	if !first.GetCommitted() || first.GetShardRevisions()[1] == 0 {
+		t.Fatalf("first reply: %v", first)
+	}
+	// Shard 1 (not the coordinator) moves on; b stays at its version.
+	x.commit(t, &storev1.CommitRequest{TxnId: "other", Groups: []*storev1.Group{groupOf(nil, addOp(c, 1))}})
+	resp := x.commit(t, req)
+	g := resp.GetGroups()[0]
+	if !resp.GetDuplicate() || !g.GetCommitted() || g.GetRevision() != 0 || len(g.GetShardRevisions()) != 0 {
+		t.Fatalf("retry: %v, want committed, duplicate, no revisions", resp)
+	}
+	if _, version := x.value(t, b); version != first.GetShardRevisions()[1] {
+		t.Fatalf("%s at version %d, the first reply said %d", b, version, first.GetShardRevisions()[1])
+	}
+}
