@@ -8,6 +8,7 @@ FAULT_ROUNDS ?= 20
 FAULT_SEED ?= $(shell date +%s)
 FAULT_LOAD ?= 30s
 FAULT_OUT ?= /tmp/troupe-faults
+FAULT_WORKLOADS ?= register,bank
 
 .PHONY: all build run test test-faults lint proto bench bench-compare fuzz clean
 
@@ -26,13 +27,15 @@ test: lint
 	cd tools/benchcompare && $(GO) vet ./... && $(GO) test -short -count=1 ./...
 
 # Many rounds of the store under faults (kill -9, restarts, partitions,
-# lost and delayed Raft traffic), each history checked for
-# linearizability; `make test` runs one short round. A failed round prints
-# its seed (rerun with FAULT_SEED=... FAULT_ROUNDS=1) and writes its
-# history and visualization to FAULT_OUT. Needs root (network namespaces).
+# lost and delayed Raft traffic; for the bank, kill -9 of a cross-shard
+# commit's driver too), FAULT_ROUNDS of each of FAULT_WORKLOADS, each
+# history checked for linearizability; `make test` runs one short round of
+# each. A failed round prints its seed (rerun with FAULT_SEED=...
+# FAULT_ROUNDS=1 FAULT_WORKLOADS=...) and writes its history and
+# visualization to FAULT_OUT. Needs root (network namespaces).
 test-faults:
 	$(GO) test -run '^TestFaults$$' -count=1 -timeout 0 -v ./tools/faults \
-		-rounds $(FAULT_ROUNDS) -seed $(FAULT_SEED) -load $(FAULT_LOAD) -out $(FAULT_OUT)
+		-rounds $(FAULT_ROUNDS) -seed $(FAULT_SEED) -load $(FAULT_LOAD) -out $(FAULT_OUT) -workloads $(FAULT_WORKLOADS)
 
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

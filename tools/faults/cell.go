@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -35,6 +36,10 @@ type CellConfig struct {
 	// SnapshotEntries is the number of Raft entries between snapshots:
 	// small, so that restarted nodes catch up from snapshots too.
 	SnapshotEntries int
+	// TxnTimeout is how long a cross-shard transaction may stay prepared
+	// before the leaders of its shards resolve it (--txn-timeout; 0: the
+	// store's default).
+	TxnTimeout time.Duration
 }
 
 // DefaultCellConfig returns three nodes and two shards of the binary,
@@ -66,6 +71,9 @@ func (c CellConfig) Validate() error {
 	}
 	if c.SnapshotEntries < 1 {
 		add("SnapshotEntries is %d, want at least 1", c.SnapshotEntries)
+	}
+	if c.TxnTimeout < 0 {
+		add("TxnTimeout is %v, want a positive duration (0: the store's default)", c.TxnTimeout)
 	}
 	return errors.Join(errs...)
 }
@@ -134,12 +142,16 @@ func StartCell(cfg CellConfig) (c *Cell, err error) {
 			return c, err
 		}
 		dir := filepath.Join(cfg.Dir, fmt.Sprintf("node-%d", i+1))
-		c.nodes = append(c.nodes, &process{id: i + 1, ns: ns, logPath: dir + ".log", args: []string{
+		args := []string{
 			"store", "--node-id", fmt.Sprint(i + 1), "--data-dir", dir, "--shards", fmt.Sprint(cfg.Shards),
 			"--raft-addr", raftAddr(i), "--grpc-addr", grpcAddr, "--http-addr", "",
 			"--initial-members", strings.Join(members, ","), "--rtt", cfg.RTT.String(),
 			"--snapshot-entries", fmt.Sprint(cfg.SnapshotEntries), "--logdb-memory", "tiny",
-		}})
+		}
+		if cfg.TxnTimeout > 0 {
+			args = append(args, "--txn-timeout", cfg.TxnTimeout.String())
+		}
+		c.nodes = append(c.nodes, &process{id: i + 1, ns: ns, logPath: dir + ".log", args: args})
 	}
 	for i, from := range c.nodes {
 		c.raft[i] = make([]*Link, cfg.Nodes)
@@ -215,8 +227,9 @@ func (c *Cell) Running(i int) bool {
 	return n.cmd != nil
 }
 
-// Start starts node i's process from its data directory.
-func (c *Cell) Start(i int) error {
+// Start starts node i's process from its data directory, with the
+// flags extra after its usual ones (for this run only).
+func (c *Cell) Start(i int, extra ...string) error {
 	n := c.nodes[i]
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -228,8 +241,8 @@ func (c *Cell) Start(i int) error {
 		return fmt.Errorf("faults: start node %d: %w", n.id, err)
 	}
 	defer out.Close() // the process has its own copy
-	fmt.Fprintf(out, "--- faults: node %d starting at %s\n", n.id, time.Now().Format(time.RFC3339Nano))
-	cmd := exec.Command(c.cfg.Binary, n.args...)
+	fmt.Fprintf(out, "--- faults: node %d starting at %s %s\n", n.id, time.Now().Format(time.RFC3339Nano), strings.Join(extra, " "))
+	cmd := exec.Command(c.cfg.Binary, append(slices.Clone(n.args), extra...)...)
 	cmd.Stdout, cmd.Stderr = out, out
 	// If the harness dies, so do its nodes.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

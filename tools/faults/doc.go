@@ -49,11 +49,28 @@
 // interleaving of processes is not fixed, so a seed repeats a scenario,
 // not an execution. Running rounds:
 //
-//	make test-faults                       # FAULT_ROUNDS rounds from a new seed
-//	make test-faults FAULT_SEED=1234 FAULT_ROUNDS=1
-//	go test ./tools/faults -run '^TestFaults$' -seed 1234 -load 30s -keep -out /tmp/f
+//	make test-faults                       # FAULT_ROUNDS rounds of each workload from a new seed
+//	make test-faults FAULT_SEED=1234 FAULT_ROUNDS=1 FAULT_WORKLOADS=bank
+//	go test ./tools/faults -run '^TestFaults/bank$' -seed 1234 -load 30s -keep -out /tmp/f
 //
 // A workload is pluggable: client operations (Workload.Op) plus a
-// porcupine model (Workload.Model). Register, the one here, is a
-// versioned register per key with conditional puts, partitioned by key.
+// porcupine model (Workload.Model) and final checks (Workload.Final);
+// optional interfaces let it set the cell up first (Initializer), aim
+// operations at one node for a fault (Pinned) and count what happened
+// (Tallier). Register is a versioned register per key with conditional
+// puts, partitioned by key. Bank moves money between accounts on several
+// shards in cross-shard transfers and validates snapshots with
+// condition-only commits: every validated snapshot and the final
+// balances must add up to the total, and once ambiguous transfers are
+// settled (retried with their txn_id) each account must hold what the
+// committed transfers make, so a transfer applied on one side only is
+// caught.
+//
+// Faults are pluggable too: a Fault injects itself into a Target (the
+// cell, the round's random numbers, and a way to send the workload's
+// operations through one node) and returns its heal. KillDriver, for
+// the bank, restarts a node so that it holds every cross-shard
+// transaction it drives between prepare and decision, sends it
+// transfers and kills it with SIGKILL while it holds them: the
+// survivors must abort them.
 package faults

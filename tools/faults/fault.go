@@ -10,22 +10,35 @@ import (
 )
 
 // A Fault is one kind of trouble for a cell. Inject causes it, choosing
-// its victims with rng, and returns what it did (for the report and the
-// visualization) and heal, which ends it. Cell.Heal ends every fault
+// its victims with t.Rand, and returns what it did (for the report and
+// the visualization) and heal, which ends it. Cell.Heal ends every fault
 // too, so an Inject that fails half-way may leave its mess behind.
 type Fault struct {
 	Name   string
-	Inject func(ctx context.Context, c *Cell, rng *rand.Rand) (what string, heal func() error, err error)
+	Inject func(ctx context.Context, t Target) (what string, heal func() error, err error)
 }
 
-// DefaultFaults are every fault this package knows.
+// Target is what a fault acts on: the round's cell, its random numbers,
+// and its workload for faults that need traffic of their own.
+type Target struct {
+	Cell *Cell
+	Rand *rand.Rand
+	// Through runs n operations of the round's workload at once, each
+	// aimed at node (Pinned.OpAt) through a client that reaches that
+	// node only, records them in the round's history, and returns when
+	// they have ended. Nil when the workload is not Pinned.
+	Through func(ctx context.Context, node, n int)
+}
+
+// DefaultFaults are the faults any workload can run under.
 func DefaultFaults() []Fault {
 	return []Fault{KillNode(), KillLeader(), RestartNode(), KillAll(), PartitionLeader(), DropLinks(), DelayLinks()}
 }
 
 // KillNode kills a random node with SIGKILL; healing restarts it.
 func KillNode() Fault {
-	return Fault{Name: "kill-node", Inject: func(_ context.Context, c *Cell, rng *rand.Rand) (string, func() error, error) {
+	return Fault{Name: "kill-node", Inject: func(_ context.Context, t Target) (string, func() error, error) {
+		c, rng := t.Cell, t.Rand
 		i := rng.IntN(c.Size())
 		return fmt.Sprintf("kill -9 node %d", i+1), func() error { return c.Start(i) }, c.Kill(i)
 	}}
@@ -34,7 +47,8 @@ func KillNode() Fault {
 // KillLeader kills the leader of a random shard with SIGKILL; healing
 // restarts it.
 func KillLeader() Fault {
-	return Fault{Name: "kill-leader", Inject: func(ctx context.Context, c *Cell, rng *rand.Rand) (string, func() error, error) {
+	return Fault{Name: "kill-leader", Inject: func(ctx context.Context, t Target) (string, func() error, error) {
+		c, rng := t.Cell, t.Rand
 		shard := rng.IntN(c.Shards())
 		i, err := c.Leader(ctx, shard)
 		if err != nil {
@@ -46,7 +60,8 @@ func KillLeader() Fault {
 
 // RestartNode stops a random node with SIGTERM; healing starts it again.
 func RestartNode() Fault {
-	return Fault{Name: "restart-node", Inject: func(_ context.Context, c *Cell, rng *rand.Rand) (string, func() error, error) {
+	return Fault{Name: "restart-node", Inject: func(_ context.Context, t Target) (string, func() error, error) {
+		c, rng := t.Cell, t.Rand
 		i := rng.IntN(c.Size())
 		return fmt.Sprintf("stop node %d (SIGTERM)", i+1), func() error { return c.Start(i) }, c.Stop(i)
 	}}
@@ -55,7 +70,8 @@ func RestartNode() Fault {
 // KillAll kills every node with SIGKILL, under load; healing restarts
 // them all. Whatever was acknowledged must survive.
 func KillAll() Fault {
-	return Fault{Name: "kill-all", Inject: func(_ context.Context, c *Cell, _ *rand.Rand) (string, func() error, error) {
+	return Fault{Name: "kill-all", Inject: func(_ context.Context, t Target) (string, func() error, error) {
+		c := t.Cell
 		var errs []error
 		for i := range c.Size() {
 			errs = append(errs, c.Kill(i))
@@ -75,7 +91,8 @@ func KillAll() Fault {
 // nodes (every Raft link to and from it blocked; clients still reach
 // it); healing reconnects it.
 func PartitionLeader() Fault {
-	return Fault{Name: "partition-leader", Inject: func(ctx context.Context, c *Cell, rng *rand.Rand) (string, func() error, error) {
+	return Fault{Name: "partition-leader", Inject: func(ctx context.Context, t Target) (string, func() error, error) {
+		c, rng := t.Cell, t.Rand
 		shard := rng.IntN(c.Shards())
 		i, err := c.Leader(ctx, shard)
 		if err != nil {
@@ -104,7 +121,8 @@ func PartitionLeader() Fault {
 // one): what they carry is lost, as on paths that drop every packet, and
 // the blocked directions need not be symmetric. Healing unblocks them.
 func DropLinks() Fault {
-	return Fault{Name: "drop-links", Inject: func(_ context.Context, c *Cell, rng *rand.Rand) (string, func() error, error) {
+	return Fault{Name: "drop-links", Inject: func(_ context.Context, t Target) (string, func() error, error) {
+		c, rng := t.Cell, t.Rand
 		links := someLinks(c, rng, 3)
 		for _, l := range links {
 			l.Block()
@@ -122,7 +140,8 @@ func DropLinks() Fault {
 // DelayLinks delays about half of the one-way Raft links (at least one)
 // by one random delay between 1 and 10 RTTs; healing removes the delay.
 func DelayLinks() Fault {
-	return Fault{Name: "delay-links", Inject: func(_ context.Context, c *Cell, rng *rand.Rand) (string, func() error, error) {
+	return Fault{Name: "delay-links", Inject: func(_ context.Context, t Target) (string, func() error, error) {
+		c, rng := t.Cell, t.Rand
 		links := someLinks(c, rng, 2)
 		d := c.cfg.RTT * time.Duration(1+rng.IntN(10))
 		for _, l := range links {

@@ -3,9 +3,11 @@ package faults
 import (
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -21,7 +23,14 @@ var (
 	load   = flag.Duration("load", 18*time.Second, "how long each round's clients run")
 	outDir = flag.String("out", filepath.Join(os.TempDir(), "troupe-faults"), "where failed rounds' histories and visualizations go")
 	keep   = flag.Bool("keep", false, "write passed rounds' histories and visualizations too")
+	names  = flag.String("workloads", "register,bank", "the workloads whose rounds TestFaults runs, comma-separated: register, bank")
 )
+
+// roundConfigs make the rounds of each workload, by name.
+var roundConfigs = map[string]func(seed int64, binary, dir, outDir string) RoundConfig{
+	"register": DefaultRoundConfig,
+	"bank":     BankRoundConfig,
+}
 
 var (
 	buildOnce sync.Once
@@ -74,25 +83,46 @@ func requireProcesses(t *testing.T) {
 	ns.close()
 }
 
-// TestFaults runs -rounds rounds of the register workload under every
+// TestFaults runs -rounds rounds of each of -workloads under every
 // fault; a failed round says how to run it again.
 func TestFaults(t *testing.T) {
 	requireProcesses(t)
 	bin := buildTroupe(t)
-	var total Report
-	inconclusive := 0
-	for r := range *rounds {
-		rep := runRound(t, DefaultRoundConfig(*seed+int64(r), bin, "", *outDir), *load)
-		total.Ops += rep.Ops
-		total.Ambiguous += rep.Ambiguous
-		total.Faults = append(total.Faults, rep.Faults...)
-		total.Elapsed += rep.Elapsed
-		if rep.Result == porcupine.Unknown {
-			inconclusive++
+	for _, name := range strings.Split(*names, ",") {
+		config, ok := roundConfigs[name]
+		if !ok {
+			t.Fatalf("-workloads: no workload %q", name)
 		}
+		t.Run(name, func(t *testing.T) {
+			var total Report
+			total.Tally = map[string]int{}
+			inconclusive := 0
+			for r := range *rounds {
+				rep := runRound(t, config(*seed+int64(r), bin, "", *outDir), *load)
+				total.Ops += rep.Ops
+				total.Ambiguous += rep.Ambiguous
+				total.Faults = append(total.Faults, rep.Faults...)
+				total.Elapsed += rep.Elapsed
+				for k, n := range rep.Tally {
+					total.Tally[k] += n
+				}
+				if rep.Result == porcupine.Unknown {
+					inconclusive++
+				}
+			}
+			t.Logf("%d %s rounds from seed %d: %d operations (%d ambiguous), %d faults, %d checks out of time, %v; %s",
+				*rounds, name, *seed, total.Ops, total.Ambiguous, len(total.Faults), inconclusive, total.Elapsed.Round(time.Second), tally(total.Tally))
+		})
 	}
-	t.Logf("%d rounds from seed %d: %d operations (%d ambiguous), %d faults, %d checks out of time, %v",
-		*rounds, *seed, total.Ops, total.Ambiguous, len(total.Faults), inconclusive, total.Elapsed.Round(time.Second))
+}
+
+// tally lists counts in name order: "a 3, b 5".
+func tally(counts map[string]int) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(counts)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, counts[k]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // TestKillAllUnderLoad kills every replica again and again while clients
@@ -105,6 +135,21 @@ func TestKillAllUnderLoad(t *testing.T) {
 	rep := runRound(t, cfg, 8*time.Second)
 	if len(rep.Faults) == 0 {
 		t.Error("no fault was injected")
+	}
+}
+
+// TestKillDriverUnderLoad kills the node driving cross-shard transfers
+// between their prepare and their decision, again and again, under the
+// bank's load: the survivors abort what it prepared (a retry of each
+// transfer gets ABORTED), and the books balance.
+func TestKillDriverUnderLoad(t *testing.T) {
+	requireProcesses(t)
+	cfg := BankRoundConfig(*seed, buildTroupe(t), "", *outDir)
+	cfg.Faults = []Fault{KillDriver()}
+	cfg.Hold = 500 * time.Millisecond
+	rep := runRound(t, cfg, 6*time.Second)
+	if rep.Tally["pinned transfers settled aborted"] == 0 {
+		t.Errorf("no transfer the killed driver had prepared was aborted: %s", tally(rep.Tally))
 	}
 }
 
@@ -123,6 +168,9 @@ func runRound(t *testing.T, cfg RoundConfig, load time.Duration) Report {
 	}
 	t.Logf("seed %d: %d operations (%d ambiguous), check %v, %v; faults: %s", rep.Seed, rep.Ops, rep.Ambiguous, rep.Result,
 		rep.Elapsed.Round(time.Millisecond), strings.Join(rep.Faults, "; "))
+	if len(rep.Tally) > 0 {
+		t.Logf("seed %d: %s", rep.Seed, tally(rep.Tally))
+	}
 	if len(rep.Problems) > 0 {
 		t.Errorf("seed %d failed:\n  %s\nfiles:\n  %s\ncell data: %s\nrun it again: go test ./tools/faults -run '^%s$' -count=1 -seed %d -load %v",
 			rep.Seed, strings.Join(rep.Problems, "\n  "), strings.Join(rep.Files, "\n  "), dir, t.Name(), rep.Seed, load)

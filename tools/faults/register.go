@@ -3,11 +3,9 @@ package faults
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/troupe-cluster/troupe/cellstore/keyspace"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -17,7 +15,8 @@ import (
 // other writes, so a read names the write it saw. Checked against
 // RegisterModel.
 type Register struct {
-	keys []string
+	shards int
+	keys   []string
 }
 
 var _ Workload = (*Register)(nil)
@@ -25,24 +24,14 @@ var _ Workload = (*Register)(nil)
 // NewRegister returns the workload over keysPerShard keys on each of
 // shards shards.
 func NewRegister(shards, keysPerShard int) *Register {
-	router := keyspace.NewRouter(uint32(shards))
-	perShard := make([]int, shards)
-	want := shards * keysPerShard
-	var keys []string
-	// FNV spreads consecutive names well; the bound only keeps the loop
-	// finite.
-	for i := 0; len(keys) < want && i < 100*want; i++ {
-		k := fmt.Sprintf("/faults/r%d", i)
-		if s := router.Shard(k); perShard[s] < keysPerShard {
-			perShard[s]++
-			keys = append(keys, k)
-		}
-	}
-	return &Register{keys: keys}
+	return &Register{shards: shards, keys: spreadKeys("/faults/r", shards, shards*keysPerShard)}
 }
 
 // Name implements Workload.
 func (r *Register) Name() string { return "register" }
+
+// Shards implements Workload.
+func (r *Register) Shards() int { return r.shards }
 
 // Model implements Workload.
 func (r *Register) Model() porcupine.Model { return RegisterModel() }
@@ -104,32 +93,6 @@ func (r *Register) put(ctx context.Context, c *Client, key string, conditional b
 	}
 }
 
-// Final reads: each try bounded by finalReadTimeout, a new one every
-// finalReadEvery at most.
-const (
-	finalReadTimeout = 2 * time.Second
-	finalReadEvery   = 100 * time.Millisecond
-)
-
-// readUntil reads key until a read succeeds or ctx ends.
-func (r *Register) readUntil(ctx context.Context, c *Client, key string) (uint64, error) {
-	tick := time.NewTicker(finalReadEvery)
-	defer tick.Stop()
-	for {
-		rctx, cancel := context.WithTimeout(ctx, finalReadTimeout)
-		version, err := r.get(rctx, c, key)
-		cancel()
-		if err == nil {
-			return version, nil
-		}
-		select {
-		case <-ctx.Done():
-			return 0, err
-		case <-tick.C:
-		}
-	}
-}
-
 // Final implements Workload: it reads every key (trying again until ctx
 // ends) and checks that none is older than the last acknowledged commit
 // to it: a lost commit that nothing read in between shows here.
@@ -143,7 +106,8 @@ func (r *Register) Final(ctx context.Context, c *Client, before []porcupine.Oper
 	}
 	var problems []string
 	for _, key := range r.keys {
-		version, err := r.readUntil(ctx, c, key)
+		var version uint64
+		err := untilDone(ctx, func(ctx context.Context) (err error) { version, err = r.get(ctx, c, key); return err })
 		switch {
 		case err != nil:
 			problems = append(problems, fmt.Sprintf("final read of %s failed: %v", key, err))

@@ -33,35 +33,15 @@ type RegisterOutput struct {
 const versionMismatch = "FAILURE_REASON_VERSION_MISMATCH"
 
 // registerState is one key as the model knows it: its value and version
-// (0: absent). After an ambiguous put took effect the version is not
-// known (the store picked a revision nobody saw) until an operation shows
-// it; it is known to be above Floor, since versions only grow.
+// (0: absent).
 type registerState struct {
-	Value   string
-	Version uint64
-	Known   bool
-	Floor   uint64
-}
-
-// floor is a version the key's current one is at least.
-func (s registerState) floor() uint64 {
-	if s.Known {
-		return s.Version
-	}
-	return s.Floor
-}
-
-// mayBe reports whether the key's version may be v.
-func (s registerState) mayBe(v uint64) bool {
-	if s.Known {
-		return s.Version == v
-	}
-	return v > s.Floor
+	Value string
+	knownVersion
 }
 
 // learn returns s with its version now known to be v.
 func (s registerState) learn(v uint64) registerState {
-	return registerState{Value: s.Value, Version: v, Known: true}
+	return registerState{Value: s.Value, knownVersion: s.seen(v)}
 }
 
 // registerStep is the sequential specification of one key: whether
@@ -76,10 +56,12 @@ func registerStep(s registerState, in RegisterInput, out RegisterOutput) (bool, 
 		}
 		// It applied here. (If it did not apply at all, the checker
 		// linearizes it last, where nothing observes it.)
-		return true, registerState{Value: in.Value, Floor: s.floor()}
+		_, v := s.written(0)
+		return true, registerState{Value: in.Value, knownVersion: v}
 	case out.Committed:
-		ok := out.Version > s.floor() && (!in.Conditional || s.mayBe(in.IfVersion) && out.Version > in.IfVersion)
-		return ok, registerState{Value: in.Value, Version: out.Version, Known: true}
+		ok, v := s.written(out.Version)
+		ok = ok && out.Version > 0 && (!in.Conditional || s.mayBe(in.IfVersion) && out.Version > in.IfVersion)
+		return ok, registerState{Value: in.Value, knownVersion: v}
 	default:
 		ok := out.Failure == versionMismatch && in.Conditional && s.mayBe(out.Version) && out.Version != in.IfVersion
 		return ok, s.learn(out.Version)
@@ -106,7 +88,7 @@ func RegisterModel() porcupine.Model {
 			}
 			return out
 		},
-		Init: func() any { return registerState{Known: true} },
+		Init: func() any { return registerState{knownVersion: knownVersion{Known: true}} },
 		Step: func(state, input, output any) (bool, any) {
 			return registerStep(state.(registerState), input.(RegisterInput), output.(RegisterOutput))
 		},

@@ -63,6 +63,19 @@ func DefaultRoundConfig(seed int64, binary, dir, outDir string) RoundConfig {
 	}
 }
 
+// BankRoundConfig returns a round of the bank workload: eight accounts
+// on a three-node cell of three shards whose cross-shard transactions
+// time out after a second, every fault (KillDriver too), four clients
+// and 20 seconds of load.
+func BankRoundConfig(seed int64, binary, dir, outDir string) RoundConfig {
+	cfg := DefaultRoundConfig(seed, binary, dir, outDir)
+	cfg.Workload = NewBank(3, 8)
+	cfg.Cell.Shards = cfg.Workload.Shards()
+	cfg.Cell.TxnTimeout = time.Second
+	cfg.Faults = append(DefaultFaults(), KillDriver())
+	return cfg
+}
+
 // Validate says precisely what is wrong with c, if anything.
 func (c RoundConfig) Validate() error {
 	errs := []error{c.Cell.Validate()}
@@ -71,6 +84,8 @@ func (c RoundConfig) Validate() error {
 	}
 	if c.Workload == nil {
 		add("Workload is nil")
+	} else if n := c.Workload.Shards(); n != c.Cell.Shards {
+		add("Cell.Shards is %d but the %s workload spreads its keys over %d", c.Cell.Shards, c.Workload.Name(), n)
 	}
 	if c.Clients < 1 {
 		add("Clients is %d, want at least 1", c.Clients)
@@ -103,6 +118,9 @@ type Report struct {
 	Faults []string
 	// Result is porcupine's verdict (Unknown: it ran out of time).
 	Result porcupine.CheckResult
+	// Tally is what the workload counted in the history, if it is a
+	// Tallier.
+	Tally map[string]int
 	// Problems are what the round found wrong: a history that is not
 	// linearizable, lost commits, nodes that crashed or did not recover.
 	// None: the round passed.
@@ -131,30 +149,48 @@ func RunRound(ctx context.Context, cfg RoundConfig) (rep Report, err error) {
 	if err := waitReady(ctx, cell, cfg.ReadyTimeout); err != nil {
 		return rep, err
 	}
-	ccfg := clientlib.Config{
-		Endpoints:      cell.Endpoints(),
-		AttemptTimeout: cfg.AttemptTimeout,
-		// Quick retries: OpTimeout bounds them all anyway.
-		Retry: clientlib.RetryPolicy{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond, Multiplier: 2, Jitter: 0.2, MaxAttempts: 5},
-	}
 	var stores []*clientlib.Client
 	defer func() {
 		for _, s := range stores {
 			s.Close()
 		}
 	}()
-	for range cfg.Clients + 1 { // the last one does the final reads
-		s, err := clientlib.New(ccfg)
+	for range cfg.Clients + 1 { // the last one sets up and does the final reads
+		s, err := clientlib.New(clientConfig(cfg, cell.Endpoints()))
 		if err != nil {
 			return rep, err
 		}
 		stores = append(stores, s)
 	}
 	h := NewHistory()
+	if w, ok := cfg.Workload.(Initializer); ok {
+		ictx, cancel := context.WithTimeout(ctx, cfg.ReadyTimeout)
+		err := w.Init(ictx, h.NewClient(stores[cfg.Clients], rand.New(rand.NewPCG(uint64(cfg.Seed), initStream(cfg)))))
+		cancel()
+		if err != nil {
+			return rep, fmt.Errorf("faults: %s workload: init: %w", cfg.Workload.Name(), err)
+		}
+	}
 	rep.Faults, rep.Problems = runLoad(ctx, cfg, cell, h, stores[:cfg.Clients])
 	rep.Problems = append(rep.Problems, finish(ctx, cfg, cell, h, stores[cfg.Clients])...)
 	return rep, rep.judge(cfg, cell, h)
 }
+
+// clientConfig configures a client of the round reaching endpoints.
+func clientConfig(cfg RoundConfig, endpoints []string) clientlib.Config {
+	return clientlib.Config{
+		Endpoints:      endpoints,
+		AttemptTimeout: cfg.AttemptTimeout,
+		// Quick retries: OpTimeout bounds them all anyway.
+		Retry: clientlib.RetryPolicy{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond, Multiplier: 2, Jitter: 0.2, MaxAttempts: 5},
+	}
+}
+
+// The random streams of a round (each seeded with the round's seed):
+// the nemesis's is 0, client i's i+1, then the final reader's, the
+// workload's Init's, and those of the clients Target.Through starts.
+func finalStream(cfg RoundConfig) uint64 { return uint64(cfg.Clients + 1) }
+func initStream(cfg RoundConfig) uint64  { return uint64(cfg.Clients + 2) }
 
 // runLoad runs the clients for cfg.Load while the nemesis injects
 // faults, and returns what the nemesis did and the heals that failed.
@@ -184,7 +220,7 @@ func finish(ctx context.Context, cfg RoundConfig, cell *Cell, h *History, s *cli
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.ReadyTimeout)
 	defer cancel()
-	final := h.NewClient(s, rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(cfg.Clients+1))))
+	final := h.NewClient(s, rand.New(rand.NewPCG(uint64(cfg.Seed), finalStream(cfg))))
 	problems = append(problems, cfg.Workload.Final(ctx, final, h.Operations())...)
 	return append(problems, cell.Problems()...)
 }
@@ -201,6 +237,9 @@ func (rep *Report) judge(cfg RoundConfig, cell *Cell, h *History) error {
 	}
 	cfg.logf("seed %d: checking %d operations (%d ambiguous)", cfg.Seed, rep.Ops, rep.Ambiguous)
 	model := cfg.Workload.Model()
+	if t, ok := cfg.Workload.(Tallier); ok {
+		rep.Tally = t.Tally(ops)
+	}
 	rep.Result = porcupine.CheckOperationsTimeout(model, ops, cfg.CheckTimeout)
 	if rep.Result == porcupine.Illegal {
 		rep.Problems = append(rep.Problems, "the history is not linearizable")
@@ -236,6 +275,7 @@ func drive(ctx context.Context, w Workload, c *Client, opTimeout time.Duration, 
 // once, in a random order. It returns what it did, and heals that failed
 // as problems.
 func nemesis(ctx context.Context, cfg RoundConfig, cell *Cell, h *History, rng *rand.Rand) (did, problems []string) {
+	through := throughNode(cfg, cell, h)
 	var order []int
 	for len(cfg.Faults) > 0 && pause(ctx, between(rng, cfg.Gap)) {
 		if len(order) == 0 {
@@ -244,7 +284,7 @@ func nemesis(ctx context.Context, cfg RoundConfig, cell *Cell, h *History, rng *
 		f := cfg.Faults[order[0]]
 		order = order[1:]
 		start := h.now()
-		what, heal, err := f.Inject(ctx, cell, rng)
+		what, heal, err := f.Inject(ctx, Target{Cell: cell, Rand: rng, Through: through})
 		if err != nil {
 			cfg.logf("seed %d: %s not injected: %v", cfg.Seed, f.Name, err)
 			continue
@@ -258,6 +298,35 @@ func nemesis(ctx context.Context, cfg RoundConfig, cell *Cell, h *History, rng *
 		did = append(did, what)
 	}
 	return did, problems
+}
+
+// throughNode returns Target.Through for the round's faults: nil unless
+// the workload is Pinned. It is called by one fault at a time.
+func throughNode(cfg RoundConfig, cell *Cell, h *History) func(ctx context.Context, node, n int) {
+	w, ok := cfg.Workload.(Pinned)
+	if !ok {
+		return nil
+	}
+	stream := initStream(cfg)
+	return func(ctx context.Context, node, n int) {
+		s, err := clientlib.New(clientConfig(cfg, cell.Endpoints()[node:node+1]))
+		if err != nil { // the round's other clients were configured alike
+			cfg.logf("seed %d: a client of node %d: %v", cfg.Seed, node+1, err)
+			return
+		}
+		defer s.Close()
+		var wg sync.WaitGroup
+		for range n {
+			stream++
+			c := h.NewClient(s, rand.New(rand.NewPCG(uint64(cfg.Seed), stream)))
+			wg.Go(func() {
+				octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.OpTimeout)
+				defer cancel()
+				w.OpAt(octx, c)
+			})
+		}
+		wg.Wait()
+	}
 }
 
 // between returns a random duration in [d/2, d].
