@@ -84,17 +84,9 @@ func Apply(st Storage, p *storev1.Proposal) (*Result, error) {
 	}
 	failed := false
 	for i, g := range p.GetGroups() {
-		var f *storev1.Failure
-		if prepared > 0 { // intents exist somewhere on the shard
-			if f, err = a.checkIntents(nil, g); err != nil {
-				return nil, err
-			}
-		}
-		var overlay map[string]pending
-		if f == nil {
-			if overlay, f, err = a.evaluate(g); err != nil {
-				return nil, err
-			}
+		overlay, f, err := a.try(g, prepared > 0) // prepared: intents exist somewhere on the shard
+		if err != nil {
+			return nil, err
 		}
 		if f != nil {
 			out.Groups[i] = &storev1.GroupResult{Failure: f}
@@ -142,6 +134,17 @@ func Aborted() *storev1.Failure {
 		Reason:  storev1.FailureReason_FAILURE_REASON_ABORTED,
 		Message: "another group of the atomic request failed",
 	}
+}
+
+// try checks group g against the intents on its keys (when intents may
+// exist) and evaluates it: the overlay of its writes, or why it fails.
+func (a *applier) try(g *storev1.Group, intents bool) (map[string]pending, *storev1.Failure, error) {
+	if intents {
+		if f, err := a.checkIntents(nil, g); f != nil || err != nil {
+			return nil, f, err
+		}
+	}
+	return a.evaluate(g)
 }
 
 // current returns the state of key k as the group sees it: its own writes,

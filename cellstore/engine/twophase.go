@@ -272,15 +272,9 @@ func prepare(st Storage, p *storev1.Proposal, now int64) (*Result, error) {
 	out := &storev1.Outcome{GroupIndexes: p.GetGroupIndexes(), Revision: rev, Groups: make([]*storev1.GroupResult, len(p.GetGroups()))}
 	var keys []string
 	for i, g := range p.GetGroups() {
-		f, err := a.checkIntents(nil, g)
+		_, f, err := a.try(g, true)
 		if err != nil {
 			return nil, err
-		}
-		if f == nil {
-			_, f, err = a.evaluate(g)
-			if err != nil {
-				return nil, err
-			}
 		}
 		if f != nil {
 			out.Groups[i] = &storev1.GroupResult{Failure: f}
@@ -402,15 +396,9 @@ func decideHere(st Storage, p *storev1.Proposal) (*Result, error) {
 			failed = true
 			continue
 		}
-		f, err := a.checkIntents(nil, g)
+		overlay, f, err := a.try(g, true)
 		if err != nil {
 			return nil, err
-		}
-		var overlay map[string]pending
-		if f == nil {
-			if overlay, f, err = a.evaluate(g); err != nil {
-				return nil, err
-			}
 		}
 		if f != nil {
 			out.Groups[j] = &storev1.GroupResult{Failure: f}
