@@ -6,16 +6,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
-	"github.com/troupe-cluster/troupe/cellstore/localcell"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -26,41 +21,10 @@ func TestThreeProcessCell(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the troupe binary")
 	}
-	dir := t.TempDir()
-	bin := buildTroupe(t)
-	ports, err := localcell.FreePorts(6)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var members []string
-	for i := range 3 {
-		members = append(members, fmt.Sprintf("%d=127.0.0.1:%d", i+1, ports[i]))
-	}
-	procs := make([]*exec.Cmd, 3)
-	grpcAddr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[3+i]) }
-	for i := range procs {
-		cmd := exec.Command(bin, "store", "--node-id", fmt.Sprint(i+1), "--shards", "2",
-			"--data-dir", filepath.Join(dir, fmt.Sprintf("d%d", i+1)),
-			"--raft-addr", fmt.Sprintf("127.0.0.1:%d", ports[i]), "--grpc-addr", grpcAddr(i), "--http-addr", "",
-			"--rtt", "5ms", "--logdb-memory", "tiny", "--initial-members", strings.Join(members, ","))
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		procs[i] = cmd
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	}
+	cell := startStores(t, buildTroupe(t), t.TempDir(), 3, 2, func(int) []string { return nil })
+	procs, clients := cell.procs, cell.clients
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	clients := make([]storev1.StoreClient, 3)
-	for i := range clients {
-		conn, err := grpc.NewClient(grpcAddr(i), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		clients[i] = storev1.NewStoreClient(conn)
-	}
 	commit := func(c storev1.StoreClient, n int) error {
 		key := fmt.Sprintf("/machines/m%d", n)
 		resp, err := c.Commit(ctx, &storev1.CommitRequest{TxnId: fmt.Sprintf("p-%d", n), Groups: []*storev1.Group{{
@@ -79,10 +43,7 @@ func TestThreeProcessCell(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := procs[0].Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	procs[0].Wait()
+	cell.kill(t, 0)
 	for n := 21; n <= 40; n++ {
 		n := n
 		waitFor(t, ctx, func() error { return commit(clients[1+n%2], n) })
