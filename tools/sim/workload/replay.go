@@ -1,6 +1,8 @@
 package workload
 
 import (
+	"container/heap"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -76,6 +78,78 @@ func (c *compress) Next() (Job, error) {
 		j.Tasks = tasks
 	}
 	return j, nil
+}
+
+// ScaleArrivals multiplies the arrival rate of src's jobs of type typ by
+// factor (their submit times are divided by it) and leaves the other
+// jobs alone, so the mix changes: ScaleArrivals(src, Batch, 10) plays
+// the batch jobs ten times as fast as the services (the Omega paper's
+// scaling of λ_jobs(batch)). factor must be positive and finite. Jobs
+// come out in submit order (a tie keeps the order read); jobs of the
+// other types are held only until the scaled ones have caught up with
+// them.
+func ScaleArrivals(src Source, typ Type, factor float64) (Source, error) {
+	if !(factor > 0) || math.IsInf(factor, 0) {
+		return nil, fmt.Errorf("arrival factor %v: must be positive and finite", factor)
+	}
+	return &scaleArrivals{src: src, typ: typ, factor: factor}, nil
+}
+
+type scaleArrivals struct {
+	src    Source
+	typ    Type
+	factor float64
+	held   heldJobs
+	read   int
+	// low bounds the submit time of any job not yet read: the latest
+	// submit time read, scaled or not, whichever is less.
+	low  time.Duration
+	done error // the source's final error once read
+}
+
+func (s *scaleArrivals) Next() (Job, error) {
+	for s.done == nil && (len(s.held) == 0 || s.held[0].job.Submit > s.low) {
+		j, err := s.src.Next()
+		if err != nil {
+			s.done = err
+			break
+		}
+		s.low = min(j.Submit, scaleDown(j.Submit, s.factor))
+		if j.Type == s.typ {
+			j.Submit = scaleDown(j.Submit, s.factor)
+		}
+		heap.Push(&s.held, heldJob{job: j, seq: s.read})
+		s.read++
+	}
+	if len(s.held) == 0 || (s.done != nil && !errors.Is(s.done, io.EOF)) {
+		return Job{}, s.done
+	}
+	return heap.Pop(&s.held).(heldJob).job, nil
+}
+
+// heldJob is a job ScaleArrivals holds, in the order it was read.
+type heldJob struct {
+	job Job
+	seq int
+}
+
+// heldJobs is a min-heap by (submit time, order read).
+type heldJobs []heldJob
+
+func (h heldJobs) Len() int { return len(h) }
+func (h heldJobs) Less(i, j int) bool {
+	if h[i].job.Submit != h[j].job.Submit {
+		return h[i].job.Submit < h[j].job.Submit
+	}
+	return h[i].seq < h[j].seq
+}
+func (h heldJobs) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *heldJobs) Push(x any)   { *h = append(*h, x.(heldJob)) }
+func (h *heldJobs) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 func scaleDown(d time.Duration, f float64) time.Duration {

@@ -2,7 +2,9 @@ package workload
 
 import (
 	"errors"
+	"fmt"
 	"io"
+	"math"
 	"testing"
 	"time"
 )
@@ -87,3 +89,64 @@ func TestFromJobsEOF(t *testing.T) {
 		}
 	}
 }
+
+// ScaleArrivals speeds up one type's arrivals, keeps the others, and
+// hands the merge out in submit order, reading ahead only as far as it
+// must.
+func TestScaleArrivals(t *testing.T) {
+	var in []Job
+	for i := range 40 {
+		j := Job{ID: fmt.Sprint(i), Submit: time.Duration(i) * time.Second}
+		if i%4 == 0 {
+			j.Type = Service
+		}
+		in = append(in, j)
+	}
+	src := &countingSource{Source: FromJobs(in)}
+	scaled, err := ScaleArrivals(src, Batch, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := scaled.Next()
+	if err != nil || first.ID != "0" || src.read > 2 {
+		t.Fatalf("first job %+v, %v, after reading %d", first, err, src.read)
+	}
+	rest, err := Collect(scaled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := append([]Job{first}, rest...)
+	if len(got) != len(in) {
+		t.Fatalf("%d jobs out of %d", len(got), len(in))
+	}
+	byID := map[string]time.Duration{}
+	for i, j := range got {
+		if i > 0 && j.Submit < got[i-1].Submit {
+			t.Fatalf("job %s at %v after %s at %v", j.ID, j.Submit, got[i-1].ID, got[i-1].Submit)
+		}
+		byID[j.ID] = j.Submit
+	}
+	for _, j := range in {
+		want := j.Submit
+		if j.Type == Batch {
+			want /= 4
+		}
+		if byID[j.ID] != want {
+			t.Errorf("job %s (%s) at %v, want %v", j.ID, j.Type, byID[j.ID], want)
+		}
+	}
+	for _, f := range []float64{0, -1, math.Inf(1)} {
+		if _, err := ScaleArrivals(FromJobs(nil), Batch, f); err == nil {
+			t.Errorf("ScaleArrivals took factor %v", f)
+		}
+	}
+	broken := errors.New("broken")
+	failing, _ := ScaleArrivals(failingSource{broken}, Batch, 2)
+	if _, err := failing.Next(); !errors.Is(err, broken) {
+		t.Errorf("a failing source: %v", err)
+	}
+}
+
+type failingSource struct{ err error }
+
+func (f failingSource) Next() (Job, error) { return Job{}, f.err }
