@@ -1,11 +1,17 @@
 // Package profiles assembles the built-in schedulers' decision profiles
 // from the plugins: batch (fast first fit on sampled machines), service
 // (careful scoring and spreading) and gang (all-or-nothing placement).
+// Register adds kinds of one's own (a researcher's plugins, say), which
+// New then builds like the built-in ones: in a cell and in the simulator.
 package profiles
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
 
 	"github.com/troupe-cluster/troupe/schedulers/framework"
 	"github.com/troupe-cluster/troupe/schedulers/plugins/binpacking"
@@ -26,9 +32,42 @@ const (
 	Gang    = "gang"
 )
 
-// filters returns the filters every profile runs, cheapest and static
-// first.
-func filters() ([]framework.FilterPlugin, error) {
+// Builder builds a kind's profile and commit modes, drawing machine order
+// from rng.
+type Builder func(rng *rand.Rand) (framework.Profile, framework.Modes, error)
+
+var (
+	registryMu sync.RWMutex
+	registry   = map[string]Builder{}
+)
+
+// Register makes kind a scheduler kind that New builds with b. It panics
+// if kind is empty, built in or registered already (as http.Handle does:
+// registration happens at start-up, by the program's own code).
+func Register(kind string, b Builder) {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	if kind == "" || slices.Contains(builtIn, kind) || registry[kind] != nil {
+		panic(fmt.Sprintf("profiles: kind %q is empty, built in or registered twice", kind))
+	}
+	registry[kind] = b
+}
+
+// Kinds returns the kinds New builds: the built-in ones, then the
+// registered ones in order of name.
+func Kinds() []string {
+	registryMu.RLock()
+	defer registryMu.RUnlock()
+	return append(slices.Clone(builtIn), slices.Sorted(maps.Keys(registry))...)
+}
+
+var builtIn = []string{Batch, Service, Gang}
+
+// Filters returns the filters every built-in profile runs, cheapest and
+// static first: a registered profile starts from them to keep the cell's
+// rules (cordons, label selectors, taints, CEL constraints, resources,
+// distinct machines).
+func Filters() ([]framework.FilterPlugin, error) {
 	cel, err := celconstraint.New(celconstraint.DefaultConfig())
 	if err != nil {
 		return nil, err
@@ -39,10 +78,16 @@ func filters() ([]framework.FilterPlugin, error) {
 	}, nil
 }
 
-// New returns the profile and commit modes of the built-in scheduler
-// kind, drawing machine order from rng.
+// New returns the profile and commit modes of the scheduler kind, built
+// in or registered, drawing machine order from rng.
 func New(kind string, rng *rand.Rand) (framework.Profile, framework.Modes, error) {
-	fs, err := filters()
+	registryMu.RLock()
+	b := registry[kind]
+	registryMu.RUnlock()
+	if b != nil {
+		return b(rng)
+	}
+	fs, err := Filters()
 	if err != nil {
 		return framework.Profile{}, framework.Modes{}, err
 	}
@@ -69,6 +114,6 @@ func New(kind string, rng *rand.Rand) (framework.Profile, framework.Modes, error
 		p.Scores = []framework.WeightedScore{{Plugin: binpacking.New(), Weight: 1}}
 		return p, framework.Modes{Conflict: framework.Fine, Txn: framework.AllOrNothing}, nil
 	default:
-		return framework.Profile{}, framework.Modes{}, fmt.Errorf("profiles: unknown scheduler kind %q (batch, service, gang)", kind)
+		return framework.Profile{}, framework.Modes{}, fmt.Errorf("profiles: unknown scheduler kind %q (%s)", kind, strings.Join(Kinds(), ", "))
 	}
 }

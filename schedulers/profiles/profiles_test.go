@@ -3,6 +3,8 @@ package profiles_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
@@ -94,5 +96,34 @@ func TestServiceSpreadsOverZonesAndMachines(t *testing.T) {
 func TestUnknownKind(t *testing.T) {
 	if _, _, err := profiles.New("fancy", nil); err == nil {
 		t.Fatal("unknown kind accepted")
+	}
+}
+
+// A registered kind is built by New like a built-in one, and listed;
+// registering a built-in kind or one twice panics.
+func TestRegister(t *testing.T) {
+	profiles.Register("test-firstfit", func(rng *rand.Rand) (framework.Profile, framework.Modes, error) {
+		fs, err := profiles.Filters()
+		return framework.Profile{Filters: fs, Rand: rng}, framework.Modes{Txn: framework.AllOrNothing}, err
+	})
+	p, modes, err := profiles.New("test-firstfit", rand.New(rand.NewPCG(1, 1)))
+	if err != nil || len(p.Filters) == 0 || modes.Txn != framework.AllOrNothing {
+		t.Fatalf("registered kind: %+v, %+v, %v", p, modes, err)
+	}
+	if kinds := profiles.Kinds(); !slices.Contains(kinds, "test-firstfit") || kinds[0] != profiles.Batch {
+		t.Errorf("kinds %v", kinds)
+	}
+	if _, _, err := profiles.New("nope", nil); err == nil || !strings.Contains(err.Error(), "test-firstfit") {
+		t.Errorf("unknown kind: %v", err)
+	}
+	for _, kind := range []string{profiles.Batch, "test-firstfit", ""} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("Register(%q) did not panic", kind)
+				}
+			}()
+			profiles.Register(kind, nil)
+		}()
 	}
 }
