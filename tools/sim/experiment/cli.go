@@ -1,0 +1,309 @@
+package experiment
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/troupe-cluster/troupe/schedulers/profiles"
+)
+
+// MemoryRunner is the name of InMemory among a Command's runners.
+const MemoryRunner = "memory"
+
+// Command is `troupe sim`: one simulation, its measures printed as JSON,
+// or `sweep NAME`, an experiment written into a directory. A program
+// that registers scheduler profiles of its own (profiles.Register) and
+// runs a Command can simulate them with every flag of troupe sim.
+type Command struct {
+	// Name is how the user runs the command ("troupe sim"), for the
+	// usage and the report's rerun line.
+	Name           string
+	Stdout, Stderr io.Writer
+	// CPUProfile, if set, offers -cpuprofile: it starts a CPU profile
+	// written to path and returns the function that stops it.
+	CPUProfile func(path string) (stop func(), err error)
+	// Runners are the runners -runner and -compare name, besides
+	// MemoryRunner (InMemory).
+	Runners map[string]Runner
+}
+
+// commonFlags are the flags of a single run and of a sweep.
+type commonFlags struct {
+	workload      WorkloadFlags
+	params        Params
+	conflict, txn string
+	drain         bool
+	seed          uint64
+	cpuprofile    string
+}
+
+func (c Command) flagSet(name string, usage func(*flag.FlagSet)) (*flag.FlagSet, *commonFlags) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(c.Stderr)
+	fs.Usage = func() { usage(fs) }
+	f := &commonFlags{params: DefaultParams()}
+	f.workload.Register(fs)
+	p := &f.params
+	fs.IntVar(&p.Batch, "batch", p.Batch, "batch schedulers (they split the batch jobs by hash)")
+	fs.IntVar(&p.Service, "service", p.Service, "service schedulers")
+	kinds := strings.Join(profiles.Kinds(), ", ")
+	fs.StringVar(&p.BatchProfile, "batch-profile", p.BatchProfile, "the batch schedulers' profile: "+kinds)
+	fs.StringVar(&p.ServiceProfile, "service-profile", p.ServiceProfile, "the service schedulers' profile: "+kinds)
+	fs.DurationVar(&p.BatchDecision.Job, "tjob-batch", p.BatchDecision.Job, "batch schedulers' decision time per job")
+	fs.DurationVar(&p.BatchDecision.Task, "ttask-batch", p.BatchDecision.Task, "batch schedulers' decision time per task")
+	fs.DurationVar(&p.ServiceDecision.Job, "tjob-service", p.ServiceDecision.Job, "service schedulers' decision time per job")
+	fs.DurationVar(&p.ServiceDecision.Task, "ttask-service", p.ServiceDecision.Task, "service schedulers' decision time per task")
+	fs.StringVar(&f.conflict, "conflict", "", "conflict detection of every scheduler: fine or coarse (default: each profile's own)")
+	fs.StringVar(&f.txn, "txn", "", "transactions of every scheduler: incremental or all-or-nothing (default: each profile's own)")
+	fs.Float64Var(&p.BatchRate, "batch-rate", p.BatchRate, "multiply the batch jobs' arrival rate (the horizon is divided by it)")
+	fs.IntVar(&p.MaxAttempts, "max-attempts", p.MaxAttempts, "decisions about a job before it is abandoned")
+	fs.DurationVar(&p.Backoff, "backoff", p.Backoff, "how long a job whose tasks fit nowhere waits before it is tried again")
+	fs.DurationVar(&p.Horizon, "horizon", 0, "end each run after this much of the workload's time (default: when its submissions end, if known)")
+	fs.BoolVar(&f.drain, "drain", false, "run until every task has ended, past the horizon")
+	fs.Uint64Var(&f.seed, "seed", 1, "seed of the schedulers' random choices (and of a synthetic workload: its config's seed + seed - 1)")
+	if c.CPUProfile != nil {
+		fs.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile to this file")
+	}
+	return fs, f
+}
+
+// resolve opens the workload and completes the parameters.
+func (f *commonFlags) resolve() (*Workload, Params, error) {
+	p := f.params
+	if f.conflict != "" {
+		m, err := parseName(conflictNames, f.conflict, "-conflict")
+		if err != nil {
+			return nil, p, err
+		}
+		p.Conflict = &m
+	}
+	if f.txn != "" {
+		m, err := parseName(txnNames, f.txn, "-txn")
+		if err != nil {
+			return nil, p, err
+		}
+		p.Txn = &m
+	}
+	w, err := f.workload.Open()
+	if err != nil {
+		return nil, p, err
+	}
+	switch {
+	case f.drain:
+		p.Horizon = 0
+	case p.Horizon == 0:
+		p.Horizon = w.Span
+	}
+	return w, p, p.Validate()
+}
+
+func parseName[M comparable](names map[M]string, s, flagName string) (M, error) {
+	for m, name := range names {
+		if name == s {
+			return m, nil
+		}
+	}
+	var zero M
+	return zero, fmt.Errorf("%s is %s, not %q", flagName, strings.Join(slices.Sorted(maps.Values(names)), " or "), s)
+}
+
+// Run runs the command with args (those after the command's name).
+func (c Command) Run(ctx context.Context, args []string) error {
+	if len(args) > 0 && args[0] == "sweep" {
+		return c.sweep(ctx, args[1:])
+	}
+	fs, f := c.flagSet(c.Name, func(fs *flag.FlagSet) {
+		fmt.Fprintf(c.Stderr, "usage: %s [flags]: one simulation, its measures as JSON\n       %s sweep NAME -out DIR [flags]: an experiment (%s sweep -h)\n\n",
+			c.Name, c.Name, c.Name)
+		fs.PrintDefaults()
+	})
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	w, p, err := f.resolve()
+	if err != nil {
+		return err
+	}
+	stop, err := c.startProfile(f.cpuprofile)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	run := Run{Seed: f.seed}
+	start := time.Now()
+	if err := (&Experiment{Workload: w}).run(ctx, InMemory, Point{Params: p}, &run); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.Stderr, "%s: %v of virtual time in %v\n", c.Name, run.Stats.Duration, time.Since(start).Round(time.Millisecond))
+	enc := json.NewEncoder(c.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(run.Stats)
+}
+
+func (c Command) startProfile(path string) (func(), error) {
+	if c.CPUProfile == nil || path == "" {
+		return func() {}, nil
+	}
+	return c.CPUProfile(path)
+}
+
+// sweep runs `sweep NAME [flags]`.
+func (c Command) sweep(ctx context.Context, args []string) error {
+	usage := func(fs *flag.FlagSet) {
+		fmt.Fprintf(c.Stderr, "usage: %s sweep NAME -out DIR [flags]\n\nsweeps:\n", c.Name)
+		for _, s := range Sweeps() {
+			fmt.Fprintf(c.Stderr, "  %s (%s: %s)\n      %s\n", s.Name, s.XLabel, joinFloats(s.XS), s.Doc)
+		}
+		fmt.Fprintln(c.Stderr, "\nflags:")
+		fs.PrintDefaults()
+	}
+	fs, f := c.flagSet(c.Name+" sweep", usage)
+	seeds := fs.Int("seeds", 3, "seeds per point")
+	out := fs.String("out", "", "write the results, plots and report.md into this directory")
+	parallel := fs.Int("parallel", runtime.GOMAXPROCS(0), "runs at once")
+	xs := fs.String("x", "", "comma-separated values to sweep instead of the sweep's own")
+	runner := fs.String("runner", MemoryRunner, "the runner of every point: "+strings.Join(c.runnerNames(), ", "))
+	compare := fs.String("compare", "", "a second runner whose results are compared with the first's")
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+			usage(fs)
+			return flag.ErrHelp
+		}
+		return fmt.Errorf("sweep: name the sweep first (%s)", strings.Join(SweepNames(), ", "))
+	}
+	sw, err := LookupSweep(args[0])
+	if err != nil {
+		return fmt.Errorf("sweep: %w", err)
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return fmt.Errorf("sweep: unexpected arguments %q", fs.Args())
+	case *out == "":
+		return errors.New("sweep: -out DIR is required")
+	case *seeds < 1:
+		return fmt.Errorf("sweep: -seeds %d: at least 1", *seeds)
+	case *parallel < 1:
+		return fmt.Errorf("sweep: -parallel %d: at least 1", *parallel)
+	}
+	e := &Experiment{Sweep: sw, Parallel: *parallel, Progress: c.Stderr, Provenance: provenance(),
+		Command: c.Name + " sweep " + shellQuote(args)}
+	if *xs != "" {
+		if e.XS, err = parseFloats(*xs); err != nil {
+			return fmt.Errorf("sweep: -x: %w", err)
+		}
+	}
+	for _, name := range []string{*runner, *compare} {
+		if name == "" {
+			continue
+		}
+		r, err := c.runner(name)
+		if err != nil {
+			return fmt.Errorf("sweep: %w", err)
+		}
+		e.Runners = append(e.Runners, NamedRunner{Name: name, Run: r})
+	}
+	if *compare == *runner {
+		return fmt.Errorf("sweep: -compare %s is the runner itself", *compare)
+	}
+	if e.Workload, e.Base, err = f.resolve(); err != nil {
+		return fmt.Errorf("sweep: %w", err)
+	}
+	for i := range *seeds {
+		e.Seeds = append(e.Seeds, f.seed+uint64(i))
+	}
+	stop, err := c.startProfile(f.cpuprofile)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	start := time.Now()
+	res, err := e.Run(ctx)
+	if err != nil {
+		return err
+	}
+	if err := res.Write(*out); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.Stderr, "%s: %d runs in %v; report in %s/%s\n", sw.Name, len(res.Runs), time.Since(start).Round(time.Millisecond), *out, ReportMD)
+	return nil
+}
+
+func (c Command) runnerNames() []string {
+	return append([]string{MemoryRunner}, slices.Sorted(maps.Keys(c.Runners))...)
+}
+
+func (c Command) runner(name string) (Runner, error) {
+	if name == MemoryRunner {
+		return InMemory, nil
+	}
+	if r := c.Runners[name]; r != nil {
+		return r, nil
+	}
+	return nil, fmt.Errorf("no runner %q (runners: %s)", name, strings.Join(c.runnerNames(), ", "))
+}
+
+func parseFloats(s string) ([]float64, error) {
+	var out []float64
+	for _, f := range strings.Split(s, ",") {
+		x, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a number", f)
+		}
+		out = append(out, x)
+	}
+	return out, nil
+}
+
+func joinFloats(xs []float64) string {
+	var out []string
+	for _, x := range xs {
+		out = append(out, formatFloat(x))
+	}
+	return strings.Join(out, ",")
+}
+
+// shellSafe are the characters a shell word may have unquoted.
+const shellSafe = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_=.,/:+@%"
+
+// shellQuote joins args as a shell reads them back.
+func shellQuote(args []string) string {
+	var out []string
+	for _, a := range args {
+		if a == "" || strings.Trim(a, shellSafe) != "" {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		out = append(out, a)
+	}
+	return strings.Join(out, " ")
+}
+
+// provenance says which commit and Go made the results, if git answers.
+func provenance() string {
+	p := runtime.Version()
+	rev, err := exec.Command("git", "rev-parse", "--short=12", "HEAD").Output()
+	if err != nil {
+		return p
+	}
+	p = "commit " + strings.TrimSpace(string(rev)) + ", " + p
+	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(st) > 0 {
+		p += " (with uncommitted changes in the work tree)"
+	}
+	return p
+}

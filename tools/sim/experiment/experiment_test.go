@@ -1,0 +1,271 @@
+package experiment
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/troupe-cluster/troupe/schedulers/framework"
+	"github.com/troupe-cluster/troupe/tools/sim"
+	"github.com/troupe-cluster/troupe/tools/sim/workload"
+)
+
+// command runs the CLI with args, failing the test on an error.
+func command(t *testing.T, args ...string) (stdout, stderr string) {
+	t.Helper()
+	var out, errs bytes.Buffer
+	c := Command{Name: "troupe sim", Stdout: &out, Stderr: &errs}
+	if err := c.Run(t.Context(), args); err != nil {
+		t.Fatalf("%v: %v\n%s", args, err, errs.String())
+	}
+	return out.String(), errs.String()
+}
+
+func readCSV(t *testing.T, path string) [][]string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll() // also checks every row has the header's columns
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return rows
+}
+
+// Every sweep writes its files: CSV and JSON that parse with a row per
+// run and role, PNG and SVG plots, and a report that shows them and the
+// command that reruns it.
+func TestSweepsWriteFiles(t *testing.T) {
+	xs := map[string]string{"tjob-sweep": "0.1,10", "parallel-batch": "1,3", "conflict-modes": "1", "arrival-scale": "1,3"}
+	for _, name := range SweepNames() {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			args := []string{"sweep", name, "-config", "testdata/small.yaml", "-seeds", "2", "-x", xs[name], "-out", dir}
+			command(t, args...)
+			sw, _ := LookupSweep(name)
+			points := len(strings.Split(xs[name], ",")) * max(1, len(sw.series))
+
+			var res Results
+			b, err := os.ReadFile(filepath.Join(dir, ResultsJSON))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(b, &res); err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Points) != points || len(res.Runs) != 2*points || len(res.Summary) != 2*points || res.Sweep != name {
+				t.Fatalf("results: %d points, %d runs, %d summaries", len(res.Points), len(res.Runs), len(res.Summary))
+			}
+			for _, f := range []struct {
+				name string
+				rows int
+			}{{RunsCSV, 2 * 2 * points}, {SummaryCSV, 2 * points}, {TimingsCSV, 2 * points}} {
+				if rows := readCSV(t, filepath.Join(dir, f.name)); len(rows) != 1+f.rows {
+					t.Errorf("%s: %d rows, want a header and %d", f.name, len(rows), f.rows)
+				}
+			}
+			if rows := readCSV(t, filepath.Join(dir, SchedulersCSV)); len(rows) < 1+2*2*points {
+				t.Errorf("%s: %d rows", SchedulersCSV, len(rows))
+			}
+			report, err := os.ReadFile(filepath.Join(dir, ReportMD))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(report), "troupe sim "+strings.Join(args, " ")) {
+				t.Errorf("the report does not say how to rerun it:\n%s", report)
+			}
+			for _, c := range charts {
+				for ext, header := range map[string]string{".png": "\x89PNG\r\n\x1a\n", ".svg": "<?xml"} {
+					b, err := os.ReadFile(filepath.Join(dir, c.file+ext))
+					if err != nil || !bytes.HasPrefix(b, []byte(header)) || (ext == ".svg" && !bytes.Contains(b, []byte("<svg"))) {
+						t.Errorf("%s%s: %d bytes, %v", c.file, ext, len(b), err)
+					}
+					if !strings.Contains(string(report), "("+c.file+ext+")") {
+						t.Errorf("the report does not refer to %s%s", c.file, ext)
+					}
+				}
+			}
+		})
+	}
+}
+
+// smallWorkload opens a test config.
+func smallWorkload(t *testing.T, path string) *Workload {
+	t.Helper()
+	w, err := WorkloadFlags{Config: path, Compress: 1}.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func runExperiment(t *testing.T, e *Experiment) *Results {
+	t.Helper()
+	if e.Runners == nil {
+		e.Runners = []NamedRunner{{MemoryRunner, InMemory}}
+	}
+	res, err := e.Run(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// The output does not depend on how many runs go at once: every file
+// but the timings is the same, byte for byte.
+func TestDeterministicAcrossParallelism(t *testing.T) {
+	sw, _ := LookupSweep("parallel-batch")
+	base := DefaultParams()
+	base.Horizon = smallWorkload(t, "testdata/small.yaml").Span
+	var dirs []string
+	for _, parallel := range []int{1, 4} {
+		e := &Experiment{Sweep: sw, XS: []float64{1, 2, 4}, Base: base, Workload: smallWorkload(t, "testdata/small.yaml"),
+			Seeds: []uint64{1, 2}, Parallel: parallel, Command: "test"}
+		dir := t.TempDir()
+		if err := runExperiment(t, e).Write(dir); err != nil {
+			t.Fatal(err)
+		}
+		dirs = append(dirs, dir)
+	}
+	entries, err := os.ReadDir(dirs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Name() == TimingsCSV {
+			continue
+		}
+		a, _ := os.ReadFile(filepath.Join(dirs[0], e.Name()))
+		b, err := os.ReadFile(filepath.Join(dirs[1], e.Name()))
+		if err != nil || !bytes.Equal(a, b) {
+			t.Errorf("%s differs between 1 and 4 runs at once (%v)", e.Name(), err)
+		}
+	}
+}
+
+// Known answers: one scheduler alone never conflicts (batch jobs of one
+// priority: nothing is preempted under it); coarse-grained detection
+// never conflicts less than fine-grained on the same seed.
+func TestKnownAnswers(t *testing.T) {
+	w := smallWorkload(t, "testdata/batch-only.yaml")
+	base := DefaultParams()
+	base.Service, base.Horizon = 0, w.Span
+	sw, _ := LookupSweep("parallel-batch")
+	res := runExperiment(t, &Experiment{Sweep: sw, XS: []float64{1, 4}, Base: base, Workload: w, Seeds: []uint64{1, 2}})
+	for _, run := range res.Runs {
+		v := run.Roles[0].Values
+		if run.Point == 0 && (v["conflicts"] != 0 || v["placements"] == 0) {
+			t.Errorf("one scheduler, seed %d: %v conflicts, %v placements", run.Seed, v["conflicts"], v["placements"])
+		}
+	}
+	if res.Summary[1].Mean["conflicts"] == 0 {
+		t.Error("four schedulers never conflicted: the test workload is too light")
+	}
+
+	w = smallWorkload(t, "testdata/small.yaml")
+	base = DefaultParams()
+	base.Batch, base.Horizon = 3, w.Span
+	sw, _ = LookupSweep("conflict-modes")
+	res = runExperiment(t, &Experiment{Sweep: sw, XS: []float64{1}, Base: base, Workload: w, Seeds: []uint64{1, 2, 3}})
+	conflicts := map[string]map[uint64]float64{} // series → seed → conflicts of every role
+	for _, run := range res.Runs {
+		series := res.Points[run.Point].Series
+		if conflicts[series] == nil {
+			conflicts[series] = map[uint64]float64{}
+		}
+		for _, rv := range run.Roles {
+			conflicts[series][run.Seed] += rv.Values["conflicts"]
+		}
+	}
+	for _, txn := range []framework.TxnMode{framework.Incremental, framework.AllOrNothing} {
+		fine, coarse := conflicts[modeName(framework.Fine, txn)], conflicts[modeName(framework.Coarse, txn)]
+		for seed, n := range fine {
+			t.Logf("%s, seed %d: fine %v conflicts, coarse %v", txnNames[txn], seed, n, coarse[seed])
+			if coarse[seed] < n {
+				t.Errorf("%s, seed %d: coarse %v conflicts, fewer than fine's %v", txnNames[txn], seed, coarse[seed], n)
+			}
+		}
+	}
+}
+
+// Two runners: both run every point and seed, and the report compares
+// them.
+func TestCompare(t *testing.T) {
+	sw, _ := LookupSweep("tjob-sweep")
+	calls := 0
+	counting := func(ctx context.Context, cfg sim.Config, src workload.Source) (*sim.Stats, error) {
+		calls++
+		return InMemory(ctx, cfg, src)
+	}
+	base := DefaultParams()
+	w := smallWorkload(t, "testdata/small.yaml")
+	base.Horizon = w.Span
+	res := runExperiment(t, &Experiment{Sweep: sw, XS: []float64{0.1, 1}, Base: base, Workload: w, Seeds: []uint64{1, 2},
+		Runners: []NamedRunner{{MemoryRunner, InMemory}, {"store", counting}}})
+	if calls != 4 || len(res.Runs) != 8 || len(res.Summary) != 8 {
+		t.Fatalf("%d calls of the second runner, %d runs, %d summaries", calls, len(res.Runs), len(res.Summary))
+	}
+	report := res.report()
+	if !strings.Contains(report, "## Compare: store against memory") || !strings.Contains(report, "| 1 |") {
+		t.Errorf("no comparison in the report:\n%s", report)
+	}
+	for i, s := range res.Summary[:4] {
+		if other := res.Summary[4+i]; other.Runner != "store" || other.Mean["placements"] != s.Mean["placements"] {
+			t.Errorf("the same simulator by two names differs: %+v, %+v", s, other)
+		}
+	}
+}
+
+// A single run prints the simulator's stats as JSON, as troupe sim
+// always has.
+func TestSingleRun(t *testing.T) {
+	out, _ := command(t, "-config", "testdata/small.yaml", "-batch", "2", "-conflict", "coarse", "-seed", "3")
+	var st sim.Stats
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	if len(st.Schedulers) != 3 || st.Schedulers[0].Placements == 0 || st.Duration > smallWorkload(t, "testdata/small.yaml").Span {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// Bad sweeps and flags are errors that say what is wrong.
+func TestBadArguments(t *testing.T) {
+	dir := t.TempDir()
+	cfg := []string{"-config", "testdata/small.yaml", "-out", dir}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"sweep", "tjob_sweep", "-out", dir}, `no sweep "tjob_sweep"`},
+		{[]string{"sweep"}, "name the sweep first"},
+		{[]string{"sweep", "-out", dir}, "name the sweep first"},
+		{append([]string{"sweep", "tjob-sweep", "-x", "0.1,fast"}, cfg...), `"fast" is not a number`},
+		{append([]string{"sweep", "tjob-sweep", "-x", "0,1"}, cfg...), "must be positive"},
+		{append([]string{"sweep", "parallel-batch", "-x", "1.5"}, cfg...), "whole number"},
+		{append([]string{"sweep", "tjob-sweep", "-seeds", "0"}, cfg...), "-seeds 0"},
+		{append([]string{"sweep", "tjob-sweep", "-conflict", "medium"}, cfg...), "-conflict is coarse or fine"},
+		{append([]string{"sweep", "tjob-sweep", "-batch-profile", "nope"}, cfg...), `unknown scheduler kind "nope"`},
+		{append([]string{"sweep", "tjob-sweep", "-runner", "store"}, cfg...), `no runner "store"`},
+		{append([]string{"sweep", "tjob-sweep", "-compare", "memory"}, cfg...), "the runner itself"},
+		{[]string{"sweep", "tjob-sweep", "-config", "testdata/small.yaml"}, "-out DIR is required"},
+		{[]string{"sweep", "tjob-sweep", "-config", "testdata/small.yaml", "-csv", "x.csv", "-out", dir}, "at most one of"},
+		{[]string{"-config", "testdata/small.yaml", "extra"}, "unexpected arguments"},
+		{[]string{"-txn", "some"}, "-txn is all-or-nothing or incremental"},
+		{[]string{"-config", "testdata/small.yaml", "-from", "1h"}, "past the workload's end"},
+	} {
+		var out, errs bytes.Buffer
+		err := Command{Name: "troupe sim", Stdout: &out, Stderr: &errs}.Run(t.Context(), tc.args)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want an error with %q", tc.args, err, tc.want)
+		}
+	}
+}

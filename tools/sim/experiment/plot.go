@@ -1,0 +1,147 @@
+package experiment
+
+import (
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// chart is one plot: a metric against the swept value, a line per
+// runner, series and role.
+type chart struct {
+	file, title, metric string
+	// low and high, if set, are the metrics at the ends of the error
+	// bars; otherwise the bars are ± one standard deviation over seeds.
+	low, high string
+	// bars says what the error bars show, for the report.
+	bars string
+}
+
+var charts = []chart{
+	{file: "busyness", title: "Scheduler busyness", metric: "busy_median", low: "busy_p10", high: "busy_p90",
+		bars: "the median window's busyness (windows of an hour of virtual time), mean over seeds; bars from the 10th to the 90th percentile window, mean over seeds"},
+	{file: "conflict-fraction", title: "Conflict fraction", metric: "conflict_fraction"},
+	{file: "wait-median", title: "Job wait until the first decision, median", metric: "wait_median_s"},
+	{file: "wait-p90", title: "Job wait until the first decision, 90th percentile", metric: "wait_p90_s"},
+	{file: "unscheduled", title: "Jobs unscheduled at the end", metric: "unscheduled_fraction"},
+	{file: "utilisation", title: "Cell CPU allocated", metric: "cpu_utilisation"},
+}
+
+// sdBars is what error bars show unless a chart says otherwise.
+const sdBars = "mean over seeds; bars ± one standard deviation"
+
+// metricLabel returns the axis label of metric name.
+func metricLabel(name string) string {
+	for _, m := range metrics {
+		if m.name == name {
+			return m.label
+		}
+	}
+	return name
+}
+
+// line is the summaries of one runner, series and role, by x.
+type line struct {
+	label  string
+	runner int
+	points []Summary
+}
+
+// lines groups res.Summary into lines, in order of first appearance.
+func (res *Results) lines() []line {
+	var out []line
+	index := map[string]int{}
+	for _, s := range res.Summary {
+		var parts []string
+		if len(res.Runners) > 1 {
+			parts = append(parts, s.Runner)
+		}
+		parts = append(parts, s.Series, s.Role)
+		label := strings.Join(slices.DeleteFunc(parts, func(p string) bool { return p == "" }), " ")
+		i, ok := index[label]
+		if !ok {
+			i = len(out)
+			index[label] = i
+			out = append(out, line{label: label, runner: slices.Index(res.Runners, s.Runner)})
+		}
+		out[i].points = append(out[i].points, s)
+	}
+	for _, l := range out {
+		slices.SortStableFunc(l.points, func(a, b Summary) int {
+			switch {
+			case a.X < b.X:
+				return -1
+			case a.X > b.X:
+				return 1
+			}
+			return 0
+		})
+	}
+	return out
+}
+
+// errorPoints are a line's points with their error bars.
+type errorPoints struct {
+	plotter.XYs
+	plotter.YErrors
+}
+
+// plot draws every chart into dir as PNG and SVG.
+func (res *Results) plot(dir string) error {
+	lines := res.lines()
+	var ticks []plot.Tick
+	for _, x := range res.XS {
+		ticks = append(ticks, plot.Tick{Value: x, Label: formatFloat(x)})
+	}
+	for _, c := range charts {
+		p := plot.New()
+		p.Title.Text = c.title
+		p.X.Label.Text = res.XLabel
+		p.Y.Label.Text = metricLabel(c.metric)
+		p.X.Tick.Marker = plot.ConstantTicks(ticks)
+		if res.LogX {
+			// Padded by a factor: a log axis cannot reach 0, where
+			// gonum would widen a range of one point.
+			p.X.Scale = plot.LogScale{}
+			p.X.Min, p.X.Max = slices.Min(res.XS)/1.5, slices.Max(res.XS)*1.5
+		}
+		p.Y.Min = 0
+		p.Legend.Top = true
+		for i, l := range lines {
+			pts := errorPoints{XYs: make(plotter.XYs, len(l.points)), YErrors: make(plotter.YErrors, len(l.points))}
+			for j, s := range l.points {
+				y := s.Mean[c.metric]
+				pts.XYs[j] = plotter.XY{X: s.X, Y: y}
+				if c.low != "" {
+					pts.YErrors[j].Low, pts.YErrors[j].High = y-s.Mean[c.low], s.Mean[c.high]-y
+				} else {
+					pts.YErrors[j].Low, pts.YErrors[j].High = s.SD[c.metric], s.SD[c.metric]
+				}
+			}
+			ln, sc, err := plotter.NewLinePoints(pts)
+			if err != nil {
+				return err
+			}
+			bars, err := plotter.NewYErrorBars(pts)
+			if err != nil {
+				return err
+			}
+			ln.Color, sc.Color, bars.Color = plotutil.Color(i), plotutil.Color(i), plotutil.Color(i)
+			ln.Dashes = plotutil.Dashes(l.runner)
+			sc.Shape = plotutil.Shape(i)
+			p.Add(ln, sc, bars)
+			p.Legend.Add(l.label, ln, sc)
+		}
+		for _, ext := range []string{".png", ".svg"} {
+			if err := p.Save(6*vg.Inch, 4*vg.Inch, filepath.Join(dir, c.file+ext)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,220 @@
+package experiment
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/troupe-cluster/troupe/tools/sim"
+	"github.com/troupe-cluster/troupe/tools/sim/workload"
+)
+
+// Results are an experiment's runs and their summary, with everything
+// needed to tell what was run.
+type Results struct {
+	Sweep, Title, Doc, XLabel string
+	LogX                      bool
+	XS                        []float64
+	Base                      Params
+	Workload, Cell            string
+	Seeds                     []uint64
+	Runners                   []string
+	Command, Provenance       string
+	Points                    []Point
+	// Runs are runner by runner, point by point, seed by seed.
+	Runs []Run
+	// Summary: runner by runner, point by point, role by role.
+	Summary []Summary
+}
+
+// Run is one simulation: a point with a seed, by a runner.
+type Run struct {
+	Runner string     `json:"runner"`
+	Point  int        `json:"point"`
+	Seed   uint64     `json:"seed"`
+	Stats  *sim.Stats `json:"stats"`
+	// Roles are the measures of the batch and the service schedulers.
+	Roles []RoleValues `json:"roles"`
+	// Wall is how long the run took: the one thing that varies between
+	// two runs of an experiment, so it is kept out of the JSON.
+	Wall time.Duration `json:"-"`
+}
+
+// RoleValues are the measures of the schedulers of one role (batch or
+// service) in a run, by metric name.
+type RoleValues struct {
+	Role       string             `json:"role"`
+	Schedulers int                `json:"schedulers"`
+	Values     map[string]float64 `json:"values"`
+}
+
+// Summary is a point's role's measures over the seeds.
+type Summary struct {
+	Runner string  `json:"runner"`
+	Point  int     `json:"point"`
+	Series string  `json:"series,omitempty"`
+	X      float64 `json:"x"`
+	Role   string  `json:"role"`
+	Seeds  int     `json:"seeds"`
+	// Mean and SD (sample standard deviation; 0 for one seed) by metric.
+	Mean map[string]float64 `json:"mean"`
+	SD   map[string]float64 `json:"sd"`
+}
+
+// metric is a measure of a role's schedulers in one run.
+type metric struct {
+	name, label string
+	of          func(ss []sim.SchedulerStats, st *sim.Stats) float64
+}
+
+// metrics are the measures reported, in the CSV files' column order.
+// Counts add up over a role's schedulers; fractions of time and waits
+// are their mean.
+var metrics = []metric{
+	{"jobs", "jobs submitted", sum(func(s sim.SchedulerStats) int { return s.Jobs })},
+	{"tasks", "tasks submitted", sum(func(s sim.SchedulerStats) int { return s.Tasks })},
+	{"decisions", "decisions", sum(func(s sim.SchedulerStats) int { return s.Decisions })},
+	{"placements", "placements", sum(func(s sim.SchedulerStats) int { return s.Placements })},
+	{"conflicts", "conflicts", sum(func(s sim.SchedulerStats) int { return s.Conflicts })},
+	{"conflict_fraction", "conflict fraction (conflicts per placement)", ratio(
+		func(s sim.SchedulerStats) int { return s.Conflicts }, func(s sim.SchedulerStats) int { return s.Placements })},
+	{"unschedulable", "task decisions that found no machine", sum(func(s sim.SchedulerStats) int { return s.Unschedulable })},
+	{"preempted", "tasks preempted", sum(func(s sim.SchedulerStats) int { return s.Preempted })},
+	{"abandoned", "jobs abandoned", sum(func(s sim.SchedulerStats) int { return s.Abandoned })},
+	{"unscheduled", "jobs unscheduled", sum(func(s sim.SchedulerStats) int { return s.Unscheduled })},
+	{"unscheduled_fraction", "fraction of jobs unscheduled", ratio(
+		func(s sim.SchedulerStats) int { return s.Unscheduled }, func(s sim.SchedulerStats) int { return s.Jobs })},
+	{"busyness", "busyness (whole run)", mean(func(s sim.SchedulerStats) float64 { return s.Busyness })},
+	{"busy_median", "busyness (median window)", mean(func(s sim.SchedulerStats) float64 { return s.BusyMedian })},
+	{"busy_p10", "busyness (10th percentile window)", mean(func(s sim.SchedulerStats) float64 { return s.BusyP10 })},
+	{"busy_p90", "busyness (90th percentile window)", mean(func(s sim.SchedulerStats) float64 { return s.BusyP90 })},
+	{"wait_median_s", "job wait, median [s]", mean(func(s sim.SchedulerStats) float64 { return s.WaitMedian.Seconds() })},
+	{"wait_p90_s", "job wait, 90th percentile [s]", mean(func(s sim.SchedulerStats) float64 { return s.WaitP90.Seconds() })},
+	{"cpu_utilisation", "cell CPU allocated (mean fraction)", func(_ []sim.SchedulerStats, st *sim.Stats) float64 { return st.CPUUtilisation }},
+	{"duration_s", "virtual time run [s]", func(_ []sim.SchedulerStats, st *sim.Stats) float64 { return st.Duration.Seconds() }},
+}
+
+func sum(f func(sim.SchedulerStats) int) func([]sim.SchedulerStats, *sim.Stats) float64 {
+	return func(ss []sim.SchedulerStats, _ *sim.Stats) float64 {
+		n := 0
+		for _, s := range ss {
+			n += f(s)
+		}
+		return float64(n)
+	}
+}
+
+// ratio is the sum of num over the sum of den (0 if that is 0).
+func ratio(num, den func(sim.SchedulerStats) int) func([]sim.SchedulerStats, *sim.Stats) float64 {
+	return func(ss []sim.SchedulerStats, st *sim.Stats) float64 {
+		if d := sum(den)(ss, st); d > 0 {
+			return sum(num)(ss, st) / d
+		}
+		return 0
+	}
+}
+
+func mean(f func(sim.SchedulerStats) float64) func([]sim.SchedulerStats, *sim.Stats) float64 {
+	return func(ss []sim.SchedulerStats, _ *sim.Stats) float64 {
+		var t float64
+		for _, s := range ss {
+			t += f(s)
+		}
+		return t / float64(len(ss))
+	}
+}
+
+// roles works out the run's measures per role from its stats; cfg's
+// schedulers are the stats' in order.
+func (r *Run) roles(cfg sim.Config) {
+	for _, role := range []workload.Type{workload.Batch, workload.Service} {
+		var ss []sim.SchedulerStats
+		for i, sc := range cfg.Schedulers {
+			if sc.Serves == role {
+				ss = append(ss, r.Stats.Schedulers[i])
+			}
+		}
+		if len(ss) == 0 {
+			continue
+		}
+		rv := RoleValues{Role: role.String(), Schedulers: len(ss), Values: map[string]float64{}}
+		for _, m := range metrics {
+			rv.Values[m.name] = m.of(ss, r.Stats)
+		}
+		r.Roles = append(r.Roles, rv)
+	}
+}
+
+// summarise sets res.Summary from res.Runs.
+func (res *Results) summarise() {
+	res.Summary = nil
+	type key struct {
+		runner string
+		point  int
+		role   string
+	}
+	byKey := map[key][]map[string]float64{}
+	var order []key
+	for _, run := range res.Runs {
+		for _, rv := range run.Roles {
+			k := key{run.Runner, run.Point, rv.Role}
+			if byKey[k] == nil {
+				order = append(order, k)
+			}
+			byKey[k] = append(byKey[k], rv.Values)
+		}
+	}
+	for _, k := range order {
+		p := res.Points[k.point]
+		s := Summary{Runner: k.runner, Point: k.point, Series: p.Series, X: p.X, Role: k.role, Seeds: len(byKey[k]),
+			Mean: map[string]float64{}, SD: map[string]float64{}}
+		for _, m := range metrics {
+			var xs []float64
+			for _, v := range byKey[k] {
+				xs = append(xs, v[m.name])
+			}
+			s.Mean[m.name], s.SD[m.name] = meanSD(xs)
+		}
+		res.Summary = append(res.Summary, s)
+	}
+}
+
+// meanSD returns the mean and the sample standard deviation of xs.
+func meanSD(xs []float64) (m, sd float64) {
+	for _, x := range xs {
+		m += x
+	}
+	m /= float64(len(xs))
+	if len(xs) < 2 {
+		return m, 0
+	}
+	var ss float64
+	for _, x := range xs {
+		ss += (x - m) * (x - m)
+	}
+	return m, math.Sqrt(ss / float64(len(xs)-1))
+}
+
+// describeCell summarises a cell: machines by shape, in order of first
+// appearance, and the totals.
+func describeCell(cell []workload.Machine) string {
+	type shape struct{ cpu, mem int64 }
+	counts := map[shape]int{}
+	var order []shape
+	var cpu, mem int64
+	for _, m := range cell {
+		s := shape{m.CPU, m.Memory}
+		if counts[s] == 0 {
+			order = append(order, s)
+		}
+		counts[s]++
+		cpu, mem = cpu+m.CPU, mem+m.Memory
+	}
+	var parts []string
+	for _, s := range order {
+		parts = append(parts, fmt.Sprintf("%d × %s cores, %s GiB", counts[s], formatFloat(float64(s.cpu)/1000), formatFloat(float64(s.mem)/(1<<30))))
+	}
+	return fmt.Sprintf("%d machines (%s); %s cores, %s GiB in all", len(cell), strings.Join(parts, "; "),
+		formatFloat(float64(cpu)/1000), formatFloat(math.Round(float64(mem)/(1<<30))))
+}
