@@ -100,7 +100,7 @@ func TestSweepsWriteFiles(t *testing.T) {
 // smallWorkload opens a test config.
 func smallWorkload(t *testing.T, path string) *Workload {
 	t.Helper()
-	w, err := WorkloadFlags{Config: path, Compress: 1}.Open()
+	w, err := WorkloadFlags{Config: path, Compress: 1, CellScale: 1}.Open()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,13 +227,24 @@ func TestCompare(t *testing.T) {
 // A single run prints the simulator's stats as JSON, as troupe sim
 // always has.
 func TestSingleRun(t *testing.T) {
-	out, _ := command(t, "-config", "testdata/small.yaml", "-batch", "2", "-conflict", "coarse", "-seed", "3")
+	out, _ := command(t, "-config", "testdata/small.yaml", "-batch", "2", "-conflict", "coarse", "-seed", "3", "-cell-scale", "2")
 	var st sim.Stats
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		t.Fatalf("%v:\n%s", err, out)
 	}
 	if len(st.Schedulers) != 3 || st.Schedulers[0].Placements == 0 || st.Duration > smallWorkload(t, "testdata/small.yaml").Span {
 		t.Fatalf("stats %+v", st)
+	}
+}
+
+// -cell-scale resizes a synthetic cell, shape by shape, and says so.
+func TestCellScale(t *testing.T) {
+	w, err := WorkloadFlags{Config: "testdata/small.yaml", Compress: 1, CellScale: 0.5}.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(w.Cell) != 12 || !strings.Contains(w.Desc, "× 0.5") || describeCell(w.Cell) != "12 machines (10 × 8 cores, 32 GiB; 2 × 16 cores, 64 GiB); 112 cores, 448 GiB in all" {
+		t.Errorf("%s: %s", w.Desc, describeCell(w.Cell))
 	}
 }
 
@@ -261,6 +272,7 @@ func TestBadArguments(t *testing.T) {
 		{[]string{"-config", "testdata/small.yaml", "extra"}, "unexpected arguments"},
 		{[]string{"-txn", "some"}, "-txn is all-or-nothing or incremental"},
 		{[]string{"-config", "testdata/small.yaml", "-from", "1h"}, "past the workload's end"},
+		{[]string{"-csv", "x.csv", "-cell-scale", "0.5"}, "for a synthetic workload"},
 	} {
 		var out, errs bytes.Buffer
 		err := Command{Name: "troupe sim", Stdout: &out, Stderr: &errs}.Run(t.Context(), tc.args)

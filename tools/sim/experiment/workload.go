@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/troupe-cluster/troupe/tools/sim/workload"
@@ -22,6 +23,8 @@ type WorkloadFlags struct {
 	// divides submit times and durations.
 	From, To time.Duration
 	Compress float64
+	// CellScale multiplies a synthetic cell's machine counts.
+	CellScale float64
 }
 
 // Register defines the flags on fs.
@@ -33,6 +36,7 @@ func (w *WorkloadFlags) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&w.From, "from", 0, "replay the jobs submitted from this time of the workload")
 	fs.DurationVar(&w.To, "to", 0, "... until this time (0: the end)")
 	fs.Float64Var(&w.Compress, "compress", 1, "divide submission times and durations by this factor")
+	fs.Float64Var(&w.CellScale, "cell-scale", 1, "multiply a synthetic cell's machine counts by this factor (the jobs stay the same)")
 }
 
 // Workload is a cell and the jobs to play on it, as often as needed.
@@ -63,6 +67,9 @@ func (w WorkloadFlags) Open() (*Workload, error) {
 	}
 	if set > 1 {
 		return nil, errors.New("give at most one of -google DIR, -csv FILE, -config FILE")
+	}
+	if w.CellScale != 1 && (w.Google != "" || w.CSV != "" || !(w.CellScale > 0)) {
+		return nil, fmt.Errorf("-cell-scale %v: a positive factor, for a synthetic workload (-machines sizes a trace's cell)", w.CellScale)
 	}
 	if !(w.Compress > 0) || w.From < 0 || w.To < 0 || (w.To > 0 && w.To <= w.From) {
 		return nil, fmt.Errorf("-from %v, -to %v, -compress %v: need 0 <= from < to (or to 0) and compress > 0", w.From, w.To, w.Compress)
@@ -98,7 +105,14 @@ func (w WorkloadFlags) Open() (*Workload, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w (give -config, -google or -csv; the default is a path from the repository's root)", err)
 		}
-		out.Desc, out.Cell = "synthetic "+path, c.Cell.Machines()
+		out.Desc = "synthetic " + path
+		if w.CellScale != 1 {
+			for i := range c.Cell.Shapes {
+				c.Cell.Shapes[i].Count = max(1, int(math.Round(float64(c.Cell.Shapes[i].Count)*w.CellScale)))
+			}
+			out.Desc += fmt.Sprintf(", its cell's machine counts × %v", w.CellScale)
+		}
+		out.Cell = c.Cell.Machines()
 		out.Span = time.Duration(c.HorizonSeconds * float64(time.Second))
 		out.open = func(seed uint64) (workload.Source, error) {
 			c := c
