@@ -81,26 +81,28 @@ func Sweeps() []Sweep {
 	return []Sweep{
 		{Name: "tjob-sweep", Title: "Service decision time",
 			Doc: "The service schedulers' per-job decision time t_job(service) from 10 ms to 100 s, the batch schedulers' fixed " +
-				"(Omega, figures 7 and 8 for shared state): the service scheduler's busyness and its jobs' wait grow with t_job " +
-				"and it saturates near busyness 1, leaving jobs unscheduled; the batch scheduler is unaffected; conflicts grow with " +
-				"the longer decisions.",
+				"(the Omega paper's shared-state results against t_job(service)): there, the service scheduler's busyness and its " +
+				"jobs' wait grow with t_job until it saturates and leaves jobs unscheduled, the batch scheduler is unaffected, and " +
+				"conflicts grow with the longer decisions.",
 			XLabel: "t_job(service) [s]", LogX: true, XS: []float64{0.01, 0.1, 1, 10, 100}, at: setServiceTJob},
 		{Name: "parallel-batch", Title: "Parallel batch schedulers",
-			Doc: "1 to 32 batch schedulers splitting the batch jobs by hash (Omega, section 5.1 and figure 10): each " +
-				"scheduler's busyness falls as they share the load, while conflicts grow slowly with their number.",
+			Doc: "1 to 32 batch schedulers splitting the batch jobs by hash (the Omega paper's load-balanced batch schedulers): " +
+				"there, each scheduler's busyness falls as they share the load while conflicts grow slowly with their number.",
 			XLabel: "batch schedulers", LogX: true, XS: []float64{1, 2, 4, 8, 16, 32}, at: setBatchSchedulers},
 		{Name: "conflict-modes", Title: "Conflict detection and transactions",
 			Doc: "Fine- against coarse-grained conflict detection and incremental against all-or-nothing (gang) transactions, " +
-				"for every scheduler, over t_job(service) (Omega, figure 12): coarse detection conflicts more often (Omega: " +
-				"about twice) and all-or-nothing commits redo whole jobs, so busyness grows.",
+				"for every scheduler, over t_job(service) (the Omega paper's high-fidelity comparison of coarse-grained detection " +
+				"and gang scheduling): there, coarse detection conflicts more often and all-or-nothing commits redo whole jobs, " +
+				"so busyness grows.",
 			XLabel: "t_job(service) [s]", LogX: true, XS: []float64{0.1, 1, 10}, at: setServiceTJob,
 			series: []series{
 				modeSeries(framework.Fine, framework.Incremental), modeSeries(framework.Coarse, framework.Incremental),
 				modeSeries(framework.Fine, framework.AllOrNothing), modeSeries(framework.Coarse, framework.AllOrNothing),
 			}},
 		{Name: "arrival-scale", Title: "Batch arrival rate",
-			Doc: "The batch jobs' arrival rate multiplied by 1 to 10, the services' left alone (Omega, figure 10's λ_jobs(batch)): " +
-				"the batch schedulers' busyness grows with the rate until they saturate; more of them (-batch) push that point out.",
+			Doc: "The batch jobs' arrival rate multiplied by 1 to 10, the services' left alone (the Omega paper's scaling of " +
+				"λ_jobs(batch)): the batch schedulers' busyness grows with the rate until they saturate; more of them (-batch) " +
+				"push that point out.",
 			XLabel: "batch arrival rate (× the workload's)", XS: []float64{1, 2, 4, 6, 8, 10}, at: scaleBatchRate},
 	}
 }
