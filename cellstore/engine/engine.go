@@ -61,8 +61,8 @@ func Apply(st Storage, p *storev1.Proposal) (*Result, error) {
 	switch p.GetPhase() {
 	case storev1.Phase_PHASE_PREPARE:
 		return prepare(st, p, now)
-	case storev1.Phase_PHASE_DECIDE:
-		return decide(st, p, now)
+	case storev1.Phase_PHASE_FENCE:
+		return fence(st, p, now)
 	case storev1.Phase_PHASE_RESOLVE:
 		return resolve(st, p, now)
 	}

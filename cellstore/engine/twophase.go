@@ -12,23 +12,29 @@ import (
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
-// Cross-shard transactions commit in two phases, driven by the store node
-// that received the request (see the node package):
+// Cross-shard transactions commit in two rounds, driven by the store node
+// that received the request (see the server package):
 //
-//  1. PREPARE on every participant shard: each group part is checked as
-//     an APPLY would (conditions, bounds) against committed state, and on
-//     success leaves intents on the keys it reads and writes; nothing
-//     becomes visible and the revision does not move. A Prepared record
-//     remembers the transaction, its keys and a deadline.
-//  2. DECIDE on the coordinator (the first participant), which is not
-//     prepared: its own parts of the groups are checked and committed in
-//     the same proposal as the decision (decideHere). The first decision
-//     recorded for the txn_id wins, so a driver and a recovering leader
-//     that races it (proposing abort) agree. The decision is kept as the
-//     txn_id's remembered outcome, which also makes retries of the
-//     request exactly-once.
-//  3. RESOLVE on every other participant: the intents of the committed
-//     groups are applied at a new revision, the others dropped.
+//  1. PREPARE on every participant shard, in parallel: each group part is
+//     checked as an APPLY would (conditions, bounds) against committed
+//     state, and on success leaves intents on the keys it reads and
+//     writes; nothing becomes visible and the revision does not move. A
+//     Prepared record remembers the transaction, its participants, its
+//     keys, its prepare outcome and a deadline. The transaction is
+//     decided the moment the last participant has prepared: a group
+//     commits when every part of it prepared (in an atomic request, when
+//     every group did). Settle computes that decision from what the
+//     participants know, so the driver and a recovering leader reach the
+//     same one; no participant is special (there is no coordinator).
+//  2. RESOLVE on every participant, in parallel, before the reply: the
+//     intents of the committed groups are applied at a new revision, the
+//     others dropped, and the decision is remembered as the txn_id's
+//     outcome (which makes retries of the request exactly-once).
+//
+// FENCE is how a decision is reached without the driver: on a
+// participant that has not prepared it records that the transaction is
+// fenced there (a later PREPARE fails), so the transaction aborts; on one
+// that has, it returns what the shard knows, like a status read.
 //
 // Intents never block: an access that meets an incompatible intent fails
 // at once with FAILURE_REASON_INTENT, naming the key. Reads of a key are
@@ -253,7 +259,7 @@ func prepare(st Storage, p *storev1.Proposal, now int64) (*Result, error) {
 		return nil, err
 	} else if rec != nil {
 		if rec.GetRequestHash() != p.GetRequestHash() {
-			return &Result{Outcome: remembered(&storev1.TxnRecord{RequestHash: rec.GetRequestHash()}, p)}, nil
+			return &Result{Outcome: reused(rec.GetRequestHash(), p)}, nil
 		}
 		out := proto.Clone(rec.GetOutcome()).(*storev1.Outcome)
 		out.Duplicate = true
@@ -261,7 +267,9 @@ func prepare(st Storage, p *storev1.Proposal, now int64) (*Result, error) {
 	}
 	if rec, err := lookupTxn(st, p.GetTxnId(), now); err != nil {
 		return nil, err
-	} else if rec != nil { // decided and resolved here already
+	} else if rec != nil && rec.GetRequestHash() != p.GetRequestHash() {
+		return &Result{Outcome: reused(rec.GetRequestHash(), p)}, nil
+	} else if rec != nil { // resolved or fenced here already
 		return &Result{Outcome: remembered(rec, p)}, nil
 	}
 	rev, err := readMeta(st, metaRevision)
@@ -269,7 +277,8 @@ func prepare(st Storage, p *storev1.Proposal, now int64) (*Result, error) {
 		return nil, err
 	}
 	a := &applier{st: st, rev: rev + 1, committed: map[string]pending{}}
-	out := &storev1.Outcome{GroupIndexes: p.GetGroupIndexes(), Revision: rev, Groups: make([]*storev1.GroupResult, len(p.GetGroups()))}
+	out := &storev1.Outcome{GroupIndexes: p.GetGroupIndexes(), Revision: rev, Groups: make([]*storev1.GroupResult, len(p.GetGroups())),
+		TxnState: storev1.TxnState_TXN_STATE_PREPARED}
 	var keys []string
 	for i, g := range p.GetGroups() {
 		_, f, err := a.try(g, true)
@@ -292,8 +301,8 @@ func prepare(st Storage, p *storev1.Proposal, now int64) (*Result, error) {
 			return nil, err
 		}
 	}
-	rec := &storev1.Prepared{Coordinator: p.GetCoordinator(), Participants: p.GetParticipants(),
-		DeadlineUnixNanos: p.GetDeadlineUnixNanos(), Keys: keys, Outcome: out, RequestHash: p.GetRequestHash()}
+	rec := &storev1.Prepared{Participants: p.GetParticipants(), DeadlineUnixNanos: p.GetDeadlineUnixNanos(), Keys: keys,
+		Outcome: out, RequestHash: p.GetRequestHash(), Atomic: p.GetAtomic()}
 	b, err := proto.Marshal(rec)
 	if err != nil {
 		return nil, err
@@ -305,6 +314,14 @@ func prepare(st Storage, p *storev1.Proposal, now int64) (*Result, error) {
 		return nil, err
 	}
 	return &Result{Outcome: out}, addPrepared(st, 1)
+}
+
+// reused is the outcome of a PREPARE whose txn_id this shard knows for
+// another request: TXN_ID_REUSED, and the transaction is fenced here.
+func reused(hash uint64, p *storev1.Proposal) *storev1.Outcome {
+	out := remembered(&storev1.TxnRecord{RequestHash: hash}, p)
+	out.TxnState = storev1.TxnState_TXN_STATE_FENCED
+	return out
 }
 
 // addPrepared counts the transactions prepared and not yet resolved on
@@ -347,79 +364,96 @@ func lookupPrepared(st Storage, id string) (*storev1.Prepared, error) {
 	return rec, proto.Unmarshal(b, rec)
 }
 
-// decide records p's decision for its transaction, unless one is recorded
-// already; the outcome says which: the remembered reply of the request.
-func decide(st Storage, p *storev1.Proposal, now int64) (*Result, error) {
-	if rec, err := lookupTxn(st, p.GetTxnId(), now); err != nil {
-		return nil, err
-	} else if rec != nil {
-		out := proto.Clone(rec.GetOutcome()).(*storev1.Outcome)
-		out.Duplicate = true
-		return &Result{Outcome: out}, nil
-	}
-	out := p.GetOutcome()
-	if out == nil {
-		out = &storev1.Outcome{}
-	}
-	res := &Result{Outcome: out}
-	if len(p.GetGroups()) > 0 {
-		var err error
-		if res, err = decideHere(st, p); err != nil {
-			return nil, err
+// txnStatus is what the shard knows of cross-shard transaction id of the
+// request with hash: its prepare outcome (TXN_STATE_PREPARED), its
+// decision (DECIDED) or a fence (FENCED); nil when it knows nothing.
+// An id recorded for another request (hash) is FENCED: this request can
+// never prepare here.
+func txnStatus(st Storage, id string, hash uint64, now int64) (*storev1.Outcome, error) {
+	status := func(out *storev1.Outcome, recHash uint64) *storev1.Outcome {
+		if recHash != hash {
+			return &storev1.Outcome{TxnState: storev1.TxnState_TXN_STATE_FENCED}
 		}
+		return proto.Clone(out).(*storev1.Outcome)
 	}
-	return res, rememberTxn(st, p, res.Outcome, now)
+	if rec, err := lookupPrepared(st, id); err != nil || rec != nil {
+		return status(rec.GetOutcome(), rec.GetRequestHash()), err
+	}
+	if rec, err := lookupTxn(st, id, now); err != nil || rec != nil {
+		return status(rec.GetOutcome(), rec.GetRequestHash()), err
+	}
+	return nil, nil
 }
 
-// decideHere commits the coordinator's own parts of the transaction's
-// groups together with the decision, so that the coordinator is never
-// prepared and resolved: p.Outcome says which groups the other
-// participants prepared (a failed group there fails here too), each part
-// here is checked as an APPLY would (conditions, bounds, intents), and
-// the groups that pass everywhere commit, their parts here at a new
-// revision. In an atomic transaction one failure aborts all.
-func decideHere(st Storage, p *storev1.Proposal) (*Result, error) {
-	out := proto.Clone(p.GetOutcome()).(*storev1.Outcome)
-	at := map[uint32]int{} // request group index → position in out
-	for j, gi := range out.GetGroupIndexes() {
-		at[gi] = j
-	}
-	rev, err := readMeta(st, metaRevision)
-	if err != nil {
-		return nil, err
-	}
-	a := &applier{st: st, rev: rev + 1, committed: map[string]pending{}}
-	failed := false
-	for i, g := range p.GetGroups() {
-		j, ok := at[p.GetGroupIndexes()[i]]
-		if !ok || !out.Groups[j].GetCommitted() {
-			failed = true
-			continue
+// fence returns what the shard knows of p's transaction, and when it
+// knows nothing records a fence, remembered as the txn_id's outcome, so
+// that the transaction can no longer prepare here.
+func fence(st Storage, p *storev1.Proposal, now int64) (*Result, error) {
+	if out, err := txnStatus(st, p.GetTxnId(), p.GetRequestHash(), now); err != nil || out != nil {
+		if out != nil {
+			out.Duplicate = true
 		}
-		overlay, f, err := a.try(g, true)
-		if err != nil {
-			return nil, err
+		return &Result{Outcome: out}, err
+	}
+	out := &storev1.Outcome{TxnState: storev1.TxnState_TXN_STATE_FENCED}
+	return &Result{Outcome: out}, rememberTxn(st, p, out, now)
+}
+
+// Settle is the decision of a cross-shard transaction given what each
+// participant knows of it (states, one per participant: nil when it knows
+// nothing), or nil while it is undecided. A participant's recorded
+// decision is the decision. Otherwise the transaction is undecided while
+// some participant knows nothing (it may still prepare); once every one
+// has prepared, a group commits when all its parts prepared (an atomic
+// transaction: when every group did); one fenced participant aborts it
+// all. The decision's groups are those the prepares name, in order.
+func Settle(states []*storev1.Outcome, atomic bool) *storev1.Outcome {
+	fenced, unknown := false, false
+	for _, o := range states {
+		switch o.GetTxnState() {
+		case storev1.TxnState_TXN_STATE_DECIDED:
+			d := proto.Clone(o).(*storev1.Outcome)
+			d.Duplicate = false
+			return d
+		case storev1.TxnState_TXN_STATE_FENCED:
+			fenced = true
+		case storev1.TxnState_TXN_STATE_PREPARED:
+		default:
+			unknown = true
 		}
-		if f != nil {
-			out.Groups[j] = &storev1.GroupResult{Failure: f}
-			failed = true
-			continue
+	}
+	if unknown {
+		return nil
+	}
+	failure := map[uint32]*storev1.Failure{}
+	var groups []uint32
+	for _, o := range states {
+		for j, gi := range o.GetGroupIndexes() {
+			if !slices.Contains(groups, gi) {
+				groups = append(groups, gi)
+			}
+			if f := o.GetGroups()[j].GetFailure(); f != nil && failure[gi] == nil {
+				failure[gi] = f
+			}
 		}
-		a.merge(overlay)
 	}
-	if p.GetAtomic() && failed {
-		AbortAll(out.Groups)
-		a.committed, a.order = nil, nil
+	slices.Sort(groups)
+	d := &storev1.Outcome{TxnState: storev1.TxnState_TXN_STATE_DECIDED}
+	for _, gi := range groups {
+		d.Groups = append(d.Groups, &storev1.GroupResult{Committed: failure[gi] == nil, Failure: failure[gi]})
+		d.GroupIndexes = append(d.GroupIndexes, gi)
 	}
-	res := &Result{Outcome: out}
-	if res.Changes, err = a.write(p.GetLogRetention()); err != nil {
-		return nil, err
+	if fenced {
+		for i, g := range d.Groups {
+			if g.Committed {
+				d.Groups[i] = &storev1.GroupResult{Failure: &storev1.Failure{Reason: storev1.FailureReason_FAILURE_REASON_ABORTED,
+					Message: "the cross-shard transaction was aborted: a participant was fenced before it prepared (the driver stopped or was too slow)"}}
+			}
+		}
+	} else if atomic && len(failure) > 0 {
+		AbortAll(d.Groups)
 	}
-	out.Revision = rev
-	if res.Changes != nil {
-		out.Revision = a.rev
-	}
-	return res, nil
+	return d
 }
 
 // resolve applies the intents of p's transaction on this shard as its
@@ -504,11 +538,14 @@ func resolve(st Storage, p *storev1.Proposal, now int64) (*Result, error) {
 	if known, err := lookupTxn(st, p.GetTxnId(), now); err != nil {
 		return nil, err
 	} else if known == nil {
-		out := p.GetOutcome()
-		if out == nil {
-			out = &storev1.Outcome{}
+		out := &storev1.Outcome{}
+		if p.GetOutcome() != nil {
+			out = proto.Clone(p.GetOutcome()).(*storev1.Outcome)
 		}
-		if err := rememberTxn(st, p, out, now); err != nil {
+		out.TxnState = storev1.TxnState_TXN_STATE_DECIDED
+		// Under the request's hash, which the prepare recorded.
+		req := &storev1.Proposal{TxnId: p.GetTxnId(), DedupeWindowNanos: p.GetDedupeWindowNanos(), RequestHash: rec.GetRequestHash()}
+		if err := rememberTxn(st, req, out, now); err != nil {
 			return nil, err
 		}
 	}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"math"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -9,7 +10,7 @@ import (
 )
 
 // Unit tests of the engine's side of cross-shard commits: intents,
-// reservations, first-decision-wins, idempotent resolution, recovery.
+// reservations, fences, settling, idempotent resolution, recovery.
 
 const window = int64(1e12)
 
@@ -19,7 +20,7 @@ func addOp(k string, delta, lo, hi int64) *storev1.Op {
 
 func prepareP(txn string, deadline int64, groups ...*storev1.Group) *storev1.Proposal {
 	p := &storev1.Proposal{TxnId: txn, Phase: storev1.Phase_PHASE_PREPARE, Groups: groups, NowUnixNanos: 1,
-		DedupeWindowNanos: window, RequestHash: 7, Coordinator: 0, Participants: []uint32{0, 1}, DeadlineUnixNanos: deadline}
+		DedupeWindowNanos: window, RequestHash: 7, Participants: []uint32{0, 1}, DeadlineUnixNanos: deadline}
 	for i := range groups {
 		p.GroupIndexes = append(p.GroupIndexes, uint32(i))
 	}
@@ -160,33 +161,46 @@ func TestIntentsBlockWithoutWaiting(t *testing.T) {
 	}
 }
 
-// The first decision recorded wins; resolution is idempotent; a PREPARE
-// repeated after resolution (a retry of the request) is not applied again.
-func TestDecisionsAndRetries(t *testing.T) {
+// A fence stops a transaction that has not prepared from ever preparing
+// and tells what a shard knows of one that has; resolution is idempotent;
+// a PREPARE repeated after resolution (a retry of the request) is not
+// applied again, and returns the decision.
+func TestFencesAndRetries(t *testing.T) {
 	st := NewMemStorage()
+	fenceP := func(txn string, hash uint64) *storev1.Proposal {
+		return &storev1.Proposal{TxnId: txn, Phase: storev1.Phase_PHASE_FENCE, NowUnixNanos: 2, DedupeWindowNanos: window, RequestHash: hash}
+	}
 	group := &storev1.Group{Ops: []*storev1.Op{addOp("/c", 1, 0, 10)}}
+	if res := mustApply(t, st, fenceP("late", 7)); res.Outcome.GetTxnState() != storev1.TxnState_TXN_STATE_FENCED {
+		t.Fatalf("fence of an unknown transaction: %v", res.Outcome)
+	}
+	if res := mustApply(t, st, prepareP("late", 100, group)); res.Outcome.GetTxnState() != storev1.TxnState_TXN_STATE_FENCED || res.Changes != nil {
+		t.Fatalf("prepare after a fence: %v", res.Outcome)
+	}
+	if n := countPrefix(t, st, prefixIntent); n != 0 {
+		t.Fatalf("a fenced prepare left %d intents", n)
+	}
 	mustApply(t, st, prepareP("t", 100, group))
-	committed := &storev1.Outcome{Groups: []*storev1.GroupResult{{Committed: true}}}
-	decideP := func(out *storev1.Outcome) *storev1.Proposal {
-		return &storev1.Proposal{TxnId: "t", Phase: storev1.Phase_PHASE_DECIDE, NowUnixNanos: 2, DedupeWindowNanos: window, RequestHash: 7, Outcome: out}
+	res := mustApply(t, st, fenceP("t", 7))
+	if res.Outcome.GetTxnState() != storev1.TxnState_TXN_STATE_PREPARED || !res.Outcome.GetGroups()[0].GetCommitted() {
+		t.Fatalf("fence of a prepared transaction: %v", res.Outcome)
 	}
-	if res := mustApply(t, st, decideP(committed)); !res.Outcome.GetGroups()[0].GetCommitted() {
-		t.Fatalf("decide: %v", res.Outcome)
+	if res := mustApply(t, st, fenceP("t", 8)); res.Outcome.GetTxnState() != storev1.TxnState_TXN_STATE_FENCED {
+		t.Fatalf("fence of another request's transaction: %v", res.Outcome)
 	}
-	aborted := &storev1.Outcome{Groups: []*storev1.GroupResult{{Failure: Aborted()}}}
-	if res := mustApply(t, st, decideP(aborted)); !res.Outcome.GetGroups()[0].GetCommitted() {
-		t.Fatalf("a later decision replaced the first: %v", res.Outcome)
-	}
+	decided := Settle([]*storev1.Outcome{res.Outcome}, false)
 	for range 2 {
-		mustApply(t, st, resolveP("t", 0))
+		p := resolveP("t", 0)
+		p.Outcome = decided
+		mustApply(t, st, p)
 	}
 	if v, _ := counter(t, st, "/c"); v != 1 {
 		t.Fatalf("counter %d after resolving twice, want 1", v)
 	}
-	if res := mustApply(t, st, prepareP("t", 100, group)); !res.Outcome.GetDuplicate() {
-		t.Fatalf("a retried prepare was not recognised: %v", res.Outcome)
+	res = mustApply(t, st, prepareP("t", 100, group))
+	if !res.Outcome.GetDuplicate() || res.Outcome.GetTxnState() != storev1.TxnState_TXN_STATE_DECIDED || !res.Outcome.GetGroups()[0].GetCommitted() {
+		t.Fatalf("a retried prepare was not answered with the decision: %v", res.Outcome)
 	}
-	mustApply(t, st, resolveP("t", 0))
 	if v, _ := counter(t, st, "/c"); v != 1 {
 		t.Fatalf("counter %d after a retry, want 1", v)
 	}
@@ -216,39 +230,47 @@ func TestAtomicPrepareAndOverdue(t *testing.T) {
 	}
 }
 
-// The coordinator commits its own parts with the decision: a group that
-// failed elsewhere or fails here is not applied, the others are, at one
-// new revision; atomic, one failure aborts all; a repeated DECIDE returns
-// the recorded outcome without applying again.
-func TestDecideCommitsTheCoordinatorsParts(t *testing.T) {
-	st := NewMemStorage()
-	mustApply(t, st, applyP(&storev1.Group{Ops: []*storev1.Op{putOp("/held", "v")}}))
-	prepared := &storev1.Outcome{GroupIndexes: []uint32{0, 1, 2}, Groups: []*storev1.GroupResult{
-		{Committed: true}, {Failure: &storev1.Failure{Reason: storev1.FailureReason_FAILURE_REASON_VERSION_MISMATCH}}, {Committed: true}}}
-	decideP := func(txn string, atomic bool) *storev1.Proposal {
-		return &storev1.Proposal{TxnId: txn, Phase: storev1.Phase_PHASE_DECIDE, NowUnixNanos: 2, DedupeWindowNanos: window, RequestHash: 7,
-			Atomic: atomic, GroupIndexes: []uint32{0, 1, 2}, Outcome: prepared, Groups: []*storev1.Group{
-				{Ops: []*storev1.Op{addOp("/c", 1, 0, 10)}},
-				{Ops: []*storev1.Op{putOp("/failed-elsewhere", "x")}},
-				{Conditions: []*storev1.Condition{{Key: "/held", Version: 99}}, Ops: []*storev1.Op{putOp("/stale", "x")}},
-			}}
+// Settle: undecided while a participant knows nothing; a recorded
+// decision wins; a group commits when all its parts prepared; atomic, one
+// failure aborts all; one fence aborts all.
+func TestSettle(t *testing.T) {
+	prepared := func(groups ...*storev1.GroupResult) *storev1.Outcome {
+		o := &storev1.Outcome{TxnState: storev1.TxnState_TXN_STATE_PREPARED, Groups: groups}
+		for i := range groups {
+			o.GroupIndexes = append(o.GroupIndexes, uint32(i))
+		}
+		return o
 	}
-	res := mustApply(t, st, decideP("t", false))
-	out := res.Outcome
-	if !out.GetGroups()[0].GetCommitted() || out.GetGroups()[1].GetCommitted() || reason(res, 2) != storev1.FailureReason_FAILURE_REASON_VERSION_MISMATCH {
-		t.Fatalf("decide: %v", out)
+	ok := &storev1.GroupResult{Committed: true}
+	bad := &storev1.GroupResult{Failure: &storev1.Failure{Reason: storev1.FailureReason_FAILURE_REASON_VERSION_MISMATCH}}
+	committed := func(d *storev1.Outcome) []bool {
+		var out []bool
+		for _, g := range d.GetGroups() {
+			out = append(out, g.GetCommitted())
+		}
+		return out
 	}
-	if v, ver := counter(t, st, "/c"); v != 1 || ver != out.GetRevision() || len(res.Changes.GetEvents()) != 1 {
-		t.Fatalf("/c = %d at %d, outcome revision %d, changes %v", v, ver, out.GetRevision(), res.Changes)
-	}
-	if again := mustApply(t, st, decideP("t", false)); !again.Outcome.GetDuplicate() || again.Changes != nil {
-		t.Fatalf("repeated decide: %v", again.Outcome)
-	}
-	if v, _ := counter(t, st, "/c"); v != 1 {
-		t.Fatalf("/c = %d after a repeated decide, want 1", v)
-	}
-	res = mustApply(t, st, decideP("atomic", true))
-	if res.Changes != nil || reason(res, 0) != storev1.FailureReason_FAILURE_REASON_ABORTED {
-		t.Fatalf("atomic decide with a failure: %v %v", res.Outcome, res.Changes)
+	fenced := &storev1.Outcome{TxnState: storev1.TxnState_TXN_STATE_FENCED}
+	decided := &storev1.Outcome{TxnState: storev1.TxnState_TXN_STATE_DECIDED, Duplicate: true, GroupIndexes: []uint32{0}, Groups: []*storev1.GroupResult{ok}}
+	for _, tc := range []struct {
+		name   string
+		states []*storev1.Outcome
+		atomic bool
+		want   []bool // nil: undecided
+	}{
+		{"one knows nothing", []*storev1.Outcome{prepared(ok, ok), nil}, false, nil},
+		{"all prepared", []*storev1.Outcome{prepared(ok, ok), prepared(ok, bad)}, false, []bool{true, false}},
+		{"atomic with a failure", []*storev1.Outcome{prepared(ok, ok), prepared(ok, bad)}, true, []bool{false, false}},
+		{"a fence", []*storev1.Outcome{prepared(ok, ok), fenced}, false, []bool{false, false}},
+		{"a decision", []*storev1.Outcome{nil, decided, fenced}, false, []bool{true}},
+	} {
+		d := Settle(tc.states, tc.atomic)
+		if (d == nil) != (tc.want == nil) || !slices.Equal(committed(d), tc.want) {
+			t.Errorf("%s: decided %v, want committed %v", tc.name, d, tc.want)
+			continue
+		}
+		if d != nil && (d.GetTxnState() != storev1.TxnState_TXN_STATE_DECIDED || d.GetDuplicate()) {
+			t.Errorf("%s: decision %v", tc.name, d)
+		}
 	}
 }

@@ -58,12 +58,12 @@ type Config struct {
 	// commits fail fast with RESOURCE_EXHAUSTED.
 	MaxInflight int
 	// TxnTimeout is how long a cross-shard transaction may stay prepared
-	// before any leader that finds it resolves it (aborting it unless its
-	// driver decided it).
+	// before any leader that finds it settles it (aborting it unless
+	// every participant prepared).
 	TxnTimeout time.Duration
 	// PrepareDelay, for fault tests only, holds every cross-shard
-	// transaction this node drives between its prepare and its decision,
-	// so that a test can kill the node there.
+	// transaction this node drives after its prepares, before its
+	// resolution and reply, so that a test can kill the node there.
 	PrepareDelay time.Duration
 	Authorizer   Authorizer
 	// Now is the clock whose readings go into proposals.
@@ -176,7 +176,7 @@ func (s *Server) Commit(ctx context.Context, req *storev1.CommitRequest) (resp *
 	)
 	if len(cross) > 0 {
 		wg.Go(func() {
-			xdup, xerr = s.commitCrossShard(ctx, s.newCrossShard(req, cross, hash, now), req.GetAtomic(), resp)
+			xdup, xerr = s.commitCrossShard(ctx, s.newCrossShard(req, cross, hash, now), resp)
 		})
 	}
 	if len(props) > 0 {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -15,17 +16,18 @@ import (
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
-// Cross-shard commits: this node drives a two-phase commit of the groups
-// of a request that span shards (all of an atomic request's groups when
-// they do), as the engine's package describes: PREPARE on every other
-// participant in parallel, DECIDE on the coordinator (the lowest
-// participant, whose own parts commit with the decision), RESOLVE on the
-// other participants in parallel: 2n-1 proposals for n shards. A
-// request's single-shard groups commit beside it as usual.
+// Cross-shard commits: this node drives the groups of a request that span
+// shards (all of an atomic request's groups when they do) as the engine's
+// package describes: PREPARE on every participant in parallel, which
+// decides the transaction (engine.Settle), then RESOLVE on every
+// participant in parallel: two rounds of consensus, 2n proposals for n
+// shards. The reply waits for the resolutions, so an acknowledged write
+// is applied everywhere before anyone is told. A request's single-shard
+// groups commit beside it as usual.
 //
 // The transaction's id is the request's txn_id with crossShardSuffix, so
-// that its decision, remembered on the coordinator, is told apart from
-// the outcome of the request's single-shard part there.
+// that its records are told apart from the outcome of the request's
+// single-shard part.
 const crossShardSuffix = "\x00x"
 
 // crossShard is one request's cross-shard transaction as the driver
@@ -35,13 +37,15 @@ type crossShard struct {
 	groups []int // request group indexes
 	// parts: each participant's proposal, by shard.
 	parts        map[uint32]*storev1.Proposal
-	participants []uint32 // sorted; the first is the coordinator
+	participants []uint32 // sorted
+	atomic       bool
+	hash         uint64 // the request's
 }
 
 // newCrossShard splits the groups of req at indexes groups into per-shard
 // parts.
 func (s *Server) newCrossShard(req *storev1.CommitRequest, groups []int, hash uint64, now time.Time) *crossShard {
-	x := &crossShard{id: req.GetTxnId() + crossShardSuffix, groups: groups, parts: map[uint32]*storev1.Proposal{}}
+	x := &crossShard{id: req.GetTxnId() + crossShardSuffix, groups: groups, parts: map[uint32]*storev1.Proposal{}, atomic: req.GetAtomic(), hash: hash}
 	for _, gi := range groups {
 		for sh, part := range s.splitGroup(req.GetGroups()[gi]) {
 			p, ok := x.parts[sh]
@@ -57,7 +61,7 @@ func (s *Server) newCrossShard(req *storev1.CommitRequest, groups []int, hash ui
 	}
 	x.participants = slices.Sorted(maps.Keys(x.parts))
 	for _, p := range x.parts {
-		p.Coordinator, p.Participants = x.participants[0], x.participants
+		p.Participants = x.participants
 	}
 	return x
 }
@@ -88,13 +92,17 @@ func (s *Server) splitGroup(g *storev1.Group) map[uint32]*storev1.Group {
 // have been decided, and then commits (a retry with the same txn_id gets
 // its outcome; recovery finishes it after its deadline).
 // It reports whether the outcome was remembered from an earlier attempt.
-func (s *Server) commitCrossShard(ctx context.Context, x *crossShard, atomic bool, resp *storev1.CommitResponse) (duplicate bool, err error) {
+func (s *Server) commitCrossShard(ctx context.Context, x *crossShard, resp *storev1.CommitResponse) (duplicate bool, err error) {
 	if !s.inflight.TryAcquire(int64(len(x.participants))) {
 		return false, errOverloaded
 	}
 	defer s.inflight.Release(int64(len(x.participants)))
-	coordinator, others := x.participants[0], x.participants[1:]
-	prepared, perr := s.eachShard(ctx, others, func(sh uint32) *storev1.Proposal { return x.parts[sh] })
+	states, errs := s.eachShard(ctx, x.participants, func(sh uint32) *storev1.Proposal { return x.parts[sh] })
+	// A prepare whose outcome is unknown may still apply: fence it, so
+	// that it either did or never will.
+	if err := s.fenceFailed(ctx, x.id, x.hash, x.participants, states, errs); err != nil {
+		return false, fmt.Errorf("cross-shard commit: %w", err)
+	}
 	if s.cfg.PrepareDelay > 0 {
 		select {
 		case <-time.After(s.cfg.PrepareDelay):
@@ -102,39 +110,26 @@ func (s *Server) commitCrossShard(ctx context.Context, x *crossShard, atomic boo
 			return false, ctx.Err()
 		}
 	}
-	out := &storev1.Outcome{} // a participant's prepare is unknown: abort, so nothing stays held
-	if perr == nil {
-		out = decideOutcome(x, prepared, atomic)
-	}
-	// The coordinator's own parts commit with the decision.
-	here := x.parts[coordinator]
-	decided, err := s.backend.Propose(ctx, coordinator, &storev1.Proposal{TxnId: x.id, Phase: storev1.Phase_PHASE_DECIDE,
-		Groups: here.GetGroups(), GroupIndexes: here.GetGroupIndexes(), Atomic: atomic, NowUnixNanos: s.cfg.Now().UnixNano(),
-		DedupeWindowNanos: int64(s.cfg.DedupeWindow), LogRetention: s.cfg.LogRetention, RequestHash: here.GetRequestHash(), Outcome: out})
-	if err != nil {
-		return false, fmt.Errorf("cross-shard commit: decide on shard %d: %w", coordinator, err)
-	}
-	revisions, err := s.resolveAll(ctx, x.id, others, decided)
+	decided := engine.Settle(states, x.atomic)
+	revisions, err := s.resolve(ctx, x.id, x.participants, states, decided)
 	if err != nil {
 		return false, fmt.Errorf("cross-shard commit: resolve: %w", err)
 	}
-	revisions[coordinator] = decided.GetRevision()
-	if decided.GetDuplicate() {
+	for _, o := range states {
+		duplicate = duplicate || o.GetDuplicate()
+	}
+	if duplicate {
 		// Decided before: the participants' revisions now are not the
 		// ones the commit gave its keys. The first reply had those.
 		revisions = nil
 	}
-	why := "the cross-shard transaction was aborted before it was decided (its driver stopped)"
-	if perr != nil {
-		why = "the cross-shard transaction was aborted: " + perr.Error()
-	}
-	fillResults(x, decided, revisions, why, resp)
-	return decided.GetDuplicate(), nil
+	fillResults(x, decided, revisions, resp)
+	return duplicate, nil
 }
 
 // eachShard proposes, on each shard in parallel, the proposal of that
-// shard, and returns the outcomes by shard.
-func (s *Server) eachShard(ctx context.Context, shards []uint32, prop func(uint32) *storev1.Proposal) (map[uint32]*storev1.Outcome, error) {
+// shard, and returns the outcomes and errors in the order of shards.
+func (s *Server) eachShard(ctx context.Context, shards []uint32, prop func(uint32) *storev1.Proposal) ([]*storev1.Outcome, []error) {
 	outs := make([]*storev1.Outcome, len(shards))
 	errs := make([]error, len(shards))
 	var wg sync.WaitGroup
@@ -142,44 +137,58 @@ func (s *Server) eachShard(ctx context.Context, shards []uint32, prop func(uint3
 		wg.Go(func() { outs[i], errs[i] = s.backend.Propose(ctx, sh, prop(sh)) })
 	}
 	wg.Wait()
-	res := map[uint32]*storev1.Outcome{}
-	for i, sh := range shards {
+	return outs, errs
+}
+
+// fenceFailed fences transaction id on the participants whose errs are
+// set, putting what they know into states; it fails when one cannot be
+// fenced either.
+func (s *Server) fenceFailed(ctx context.Context, id string, hash uint64, participants []uint32, states []*storev1.Outcome, errs []error) error {
+	var failed []uint32
+	for i, err := range errs {
+		if err != nil {
+			failed = append(failed, participants[i])
+		}
+	}
+	if len(failed) == 0 {
+		return nil
+	}
+	fence := &storev1.Proposal{TxnId: id, Phase: storev1.Phase_PHASE_FENCE, NowUnixNanos: s.cfg.Now().UnixNano(),
+		DedupeWindowNanos: int64(s.cfg.DedupeWindow), RequestHash: hash}
+	outs, ferrs := s.eachShard(ctx, failed, func(uint32) *storev1.Proposal { return fence })
+	for j, sh := range failed {
+		if ferrs[j] != nil {
+			return fmt.Errorf("shard %d: %w, and fencing failed: %w", sh, errs[slices.Index(participants, sh)], ferrs[j])
+		}
+		states[slices.Index(participants, sh)] = outs[j]
+	}
+	return nil
+}
+
+// resolve resolves transaction id, decided, on the participants where it
+// is prepared (states), in parallel, and returns each one's revision
+// after it.
+func (s *Server) resolve(ctx context.Context, id string, participants []uint32, states []*storev1.Outcome, decided *storev1.Outcome) (map[uint32]uint64, error) {
+	var prepared []uint32
+	for i, o := range states {
+		if o.GetTxnState() == storev1.TxnState_TXN_STATE_PREPARED {
+			prepared = append(prepared, participants[i])
+		}
+	}
+	p := s.resolveProposal(id, decided)
+	outs, errs := s.eachShard(ctx, prepared, func(uint32) *storev1.Proposal { return p })
+	revisions := map[uint32]uint64{}
+	for i, sh := range prepared {
 		if errs[i] != nil {
 			return nil, fmt.Errorf("shard %d: %w", sh, errs[i])
 		}
-		res[sh] = outs[i]
+		revisions[sh] = outs[i].GetRevision()
 	}
-	return res, nil
-}
-
-// decideOutcome is the request outcome of x's groups once every part is
-// prepared (or not): a group commits when all its parts prepared, and in
-// an atomic request only when every group does. Committed groups get
-// their revisions at resolution.
-func decideOutcome(x *crossShard, prepared map[uint32]*storev1.Outcome, atomic bool) *storev1.Outcome {
-	failure := map[uint32]*storev1.Failure{}
-	for _, sh := range x.participants {
-		o := prepared[sh]
-		for j, gi := range o.GetGroupIndexes() {
-			if f := o.GetGroups()[j].GetFailure(); f != nil && failure[gi] == nil {
-				failure[gi] = f
-			}
-		}
-	}
-	out := &storev1.Outcome{}
-	for _, gi := range x.groups {
-		g := &storev1.GroupResult{Committed: failure[uint32(gi)] == nil, Failure: failure[uint32(gi)]}
-		out.Groups, out.GroupIndexes = append(out.Groups, g), append(out.GroupIndexes, uint32(gi))
-	}
-	if atomic && len(failure) > 0 {
-		engine.AbortAll(out.Groups)
-	}
-	return out
+	return revisions, nil
 }
 
 // decision is what the participants apply of a decided outcome: the
-// groups that commit (none when the outcome has no groups: an abort
-// recorded by recovery).
+// groups that commit.
 func decision(decided *storev1.Outcome) *storev1.Decision {
 	d := &storev1.Decision{}
 	for j, g := range decided.GetGroups() {
@@ -190,32 +199,16 @@ func decision(decided *storev1.Outcome) *storev1.Decision {
 	return d
 }
 
-// resolveAll resolves transaction id on every participant as decided
-// says, and returns each shard's revision after it.
-func (s *Server) resolveAll(ctx context.Context, id string, participants []uint32, decided *storev1.Outcome) (map[uint32]uint64, error) {
-	p := s.resolveProposal(id, decided)
-	outs, err := s.eachShard(ctx, participants, func(uint32) *storev1.Proposal { return p })
-	if err != nil {
-		return nil, err
-	}
-	revs := map[uint32]uint64{}
-	for sh, o := range outs {
-		revs[sh] = o.GetRevision()
-	}
-	return revs, nil
-}
-
 func (s *Server) resolveProposal(id string, decided *storev1.Outcome) *storev1.Proposal {
 	return &storev1.Proposal{TxnId: id, Phase: storev1.Phase_PHASE_RESOLVE, NowUnixNanos: s.cfg.Now().UnixNano(),
 		DedupeWindowNanos: int64(s.cfg.DedupeWindow), LogRetention: s.cfg.LogRetention, Decision: decision(decided), Outcome: decided}
 }
 
-// fillResults puts the results of x's groups into resp: the decided
-// result, with, for a committed group, its first shard's revision and
-// every participant's in shard_revisions (none when revisions is nil: a
-// retry's reply); groups the decision does not name were aborted, for
-// the reason aborted.
-func fillResults(x *crossShard, decided *storev1.Outcome, revisions map[uint32]uint64, aborted string, resp *storev1.CommitResponse) {
+// fillResults puts the decided results of x's groups into resp: a
+// committed group with its first shard's revision and every
+// participant's in shard_revisions (none when revisions is nil: a
+// retry's reply); groups the decision does not name were aborted.
+func fillResults(x *crossShard, decided *storev1.Outcome, revisions map[uint32]uint64, resp *storev1.CommitResponse) {
 	byGroup := map[uint32]*storev1.GroupResult{}
 	for j, gi := range decided.GetGroupIndexes() {
 		byGroup[gi] = decided.GetGroups()[j]
@@ -231,7 +224,7 @@ func fillResults(x *crossShard, decided *storev1.Outcome, revisions map[uint32]u
 		if !ok || !g.GetCommitted() {
 			f := g.GetFailure()
 			if f == nil {
-				f = &storev1.Failure{Reason: storev1.FailureReason_FAILURE_REASON_ABORTED, Message: aborted}
+				f = &storev1.Failure{Reason: storev1.FailureReason_FAILURE_REASON_ABORTED, Message: "the cross-shard transaction was aborted"}
 			}
 			resp.Groups[gi] = &storev1.GroupResult{Failure: f, Shard: shards[0]}
 			continue
@@ -247,12 +240,11 @@ func fillResults(x *crossShard, decided *storev1.Outcome, revisions map[uint32]u
 	}
 }
 
-// ResolveOverdue resolves the cross-shard transactions prepared on shard
-// whose deadline has passed: their driver is gone or stuck. Each is
-// decided on its coordinator (abort, unless a decision is recorded
-// already: the first decision wins) and resolved on this shard; the other
-// participants' leaders do the same for theirs. The node calls it on the
-// shards it leads.
+// ResolveOverdue settles the cross-shard transactions prepared on shard
+// whose deadline has passed (their driver is gone or stuck): each is
+// fenced on every participant, which decides it (abort, unless every
+// participant had prepared), and resolved wherever it is prepared. The
+// node calls it on the shards it leads.
 func (s *Server) ResolveOverdue(ctx context.Context, shard uint32) (int, error) {
 	res, err := s.backend.Read(ctx, shard, statemachine.OverdueQuery{Now: s.cfg.Now().UnixNano(), Limit: 64}, true)
 	if err != nil {
@@ -263,22 +255,26 @@ func (s *Server) ResolveOverdue(ctx context.Context, shard uint32) (int, error) 
 	for i, id := range overdue.IDs {
 		rec := overdue.Records[i]
 		if since := now.Sub(time.Unix(0, rec.GetDeadlineUnixNanos())); since > s.cfg.DedupeWindow-s.cfg.TxnTimeout {
-			// Its decision may have been forgotten: deciding now could
-			// abort what committed elsewhere. Safety first: keep it held.
+			// Decisions and fences may have been forgotten: settling now
+			// could abort what committed elsewhere. Safety first: keep it.
 			s.cfg.Logger.Error("a cross-shard transaction stayed prepared longer than decisions are kept; resolve it by hand",
 				zap.String("txn", id), zap.Uint32("shard", shard), zap.Duration("overdue", since))
 			continue
 		}
-		decided, err := s.backend.Propose(ctx, rec.GetCoordinator(), &storev1.Proposal{TxnId: id, Phase: storev1.Phase_PHASE_DECIDE,
-			NowUnixNanos: s.cfg.Now().UnixNano(), DedupeWindowNanos: int64(s.cfg.DedupeWindow), RequestHash: rec.GetRequestHash(),
-			Outcome: &storev1.Outcome{}})
-		if err != nil {
-			return i, fmt.Errorf("recover %q: decide on shard %d: %w", id, rec.GetCoordinator(), err)
+		participants := rec.GetParticipants()
+		states := make([]*storev1.Outcome, len(participants))
+		errs := make([]error, len(participants))
+		for j := range errs {
+			errs[j] = errors.New("past its deadline")
 		}
-		if _, err := s.backend.Propose(ctx, shard, s.resolveProposal(id, decided)); err != nil {
-			return i, fmt.Errorf("recover %q: resolve on shard %d: %w", id, shard, err)
+		if err := s.fenceFailed(ctx, id, rec.GetRequestHash(), participants, states, errs); err != nil {
+			return i, fmt.Errorf("recover %q: %w", id, err)
 		}
-		s.cfg.Logger.Info("resolved an overdue cross-shard transaction", zap.String("txn", id), zap.Uint32("shard", shard),
+		decided := engine.Settle(states, rec.GetAtomic())
+		if _, err := s.resolve(ctx, id, participants, states, decided); err != nil {
+			return i, fmt.Errorf("recover %q: resolve: %w", id, err)
+		}
+		s.cfg.Logger.Info("settled an overdue cross-shard transaction", zap.String("txn", id), zap.Uint32("shard", shard),
 			zap.Int("committed_groups", len(decision(decided).GetCommittedGroups())))
 	}
 	return len(overdue.IDs), nil

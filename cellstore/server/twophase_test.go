@@ -17,17 +17,28 @@ import (
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
-// faultyBackend fails the proposals of the phases in fail, as a driver
-// that dies at that point would leave them undone.
+// faultyBackend fails the proposals of the phases and shards in fail, as
+// a driver that dies at that point would leave them undone.
 type faultyBackend struct {
 	*smBackend
-	fail sync.Map // storev1.Phase → bool
+	fail sync.Map // phaseOn → bool
+}
+
+type phaseOn struct {
+	phase storev1.Phase
+	shard uint32
 }
 
 var errDriverDied = errors.New("the driver died")
 
+func (b *faultyBackend) failOn(fail bool, phase storev1.Phase, shards ...uint32) {
+	for _, sh := range shards {
+		b.fail.Store(phaseOn{phase, sh}, fail)
+	}
+}
+
 func (b *faultyBackend) Propose(ctx context.Context, shard uint32, p *storev1.Proposal) (*storev1.Outcome, error) {
-	if v, ok := b.fail.Load(p.GetPhase()); ok && v.(bool) {
+	if v, ok := b.fail.Load(phaseOn{p.GetPhase(), shard}); ok && v.(bool) {
 		return nil, errDriverDied
 	}
 	return b.smBackend.Propose(ctx, shard, p)
@@ -94,7 +105,8 @@ func groupOf(conds []*storev1.Condition, ops ...*storev1.Op) *storev1.Group {
 
 // A group spanning shards commits on all of them or none; an atomic
 // request across shards fails whole; conditions on one shard guard
-// writes on another.
+// writes on another; the reply names every shard's revision; a retry
+// gets the outcome (without revisions), not a second commit.
 func TestCrossShardGroups(t *testing.T) {
 	x := newCrossShardServer(t)
 	a, b := x.keyOn("/machines/a%d", 0), x.keyOn("/machines/b%d", 1)
@@ -135,34 +147,35 @@ func TestCrossShardGroups(t *testing.T) {
 	}
 	// Retrying a committed request gets its outcome, not a second add.
 	resp = x.commit(t, &storev1.CommitRequest{TxnId: "1", Groups: []*storev1.Group{groupOf(nil, put(a, "A"), addOp(b, 5))}})
-	if !resp.GetDuplicate() || !resp.GetGroups()[0].GetCommitted() {
-		t.Fatalf("retry: %v", resp)
+	if g := resp.GetGroups()[0]; !resp.GetDuplicate() || !g.GetCommitted() || g.GetRevision() != 0 || len(g.GetShardRevisions()) != 0 {
+		t.Fatalf("retry: %v, want committed, duplicate, no revisions", resp)
 	}
-	if vb, _ := x.value(t, b); vb != "5" {
-		t.Fatalf("%s = %s after a retry, want 5", b, vb)
+	if vb, ver := x.value(t, b); vb != "5" || ver != verB {
+		t.Fatalf("%s = %s at %d after a retry, want 5 at %d", b, vb, ver, verB)
 	}
 }
 
-// A driver that dies after preparing leaves intents that refuse other
-// writers at once; once overdue, the participants' leaders abort the
-// transaction. A driver that dies after deciding to commit (the
-// coordinator's part is committed with the decision) leaves it to them to
-// finish the commit. Either way a retry gets the decided outcome.
+// A driver that dies after preparing on some participants leaves intents
+// that refuse other writers at once; once overdue, a participant's
+// leader fences the others, which aborts the transaction. One that dies
+// after every participant prepared has committed: recovery finishes it. Either way a retry gets the decided outcome.
 func TestDeadDriverRecovery(t *testing.T) {
 	x := newCrossShardServer(t)
 	a, b := x.keyOn("/machines/a%d", 0), x.keyOn("/machines/b%d", 3)
 	req := &storev1.CommitRequest{TxnId: "t", Groups: []*storev1.Group{groupOf(nil, put(a, "1"), put(b, "1"))}}
 
-	x.backend.fail.Store(storev1.Phase_PHASE_DECIDE, true)
+	x.backend.failOn(true, storev1.Phase_PHASE_PREPARE, 3)
+	x.backend.failOn(true, storev1.Phase_PHASE_FENCE, 3)
 	if _, err := x.Commit(context.Background(), req); !errors.Is(err, errDriverDied) {
 		t.Fatalf("commit with a dying driver: %v", err)
 	}
-	x.backend.fail.Store(storev1.Phase_PHASE_DECIDE, false)
+	x.backend.failOn(false, storev1.Phase_PHASE_PREPARE, 3)
+	x.backend.failOn(false, storev1.Phase_PHASE_FENCE, 3)
 	if va, _ := x.value(t, a); va != "" {
 		t.Fatalf("a prepared write is visible: %q", va)
 	}
-	resp := x.commit(t, &storev1.CommitRequest{TxnId: "other", Groups: []*storev1.Group{groupOf(nil, put(b, "2"))}})
-	if f := resp.GetGroups()[0].GetFailure(); f.GetReason() != storev1.FailureReason_FAILURE_REASON_INTENT || f.GetKey() != b {
+	resp := x.commit(t, &storev1.CommitRequest{TxnId: "other", Groups: []*storev1.Group{groupOf(nil, put(a, "2"))}})
+	if f := resp.GetGroups()[0].GetFailure(); f.GetReason() != storev1.FailureReason_FAILURE_REASON_INTENT || f.GetKey() != a {
 		t.Fatalf("write on a held key: %v", resp)
 	}
 	// Before the deadline recovery leaves it alone; after, it aborts.
@@ -171,14 +184,16 @@ func TestDeadDriverRecovery(t *testing.T) {
 			t.Fatalf("recovery before the deadline: %d %v", n, err)
 		}
 	}
-	// Shard 0 coordinates: its part was never prepared; shard 3's was.
 	x.clock.Add(int64(x.cfg.TxnTimeout) + 1)
-	for sh, want := range map[uint32]int{0: 0, 3: 1} {
-		if n, err := x.ResolveOverdue(context.Background(), sh); err != nil || n != want {
-			t.Fatalf("recovery of shard %d: %d %v, want %d", sh, n, err, want)
+	for _, r := range []struct {
+		shard uint32
+		want  int
+	}{{3, 0}, {0, 1}} {
+		if n, err := x.ResolveOverdue(context.Background(), r.shard); err != nil || n != r.want {
+			t.Fatalf("recovery of shard %d: %d %v, want %d", r.shard, n, err, r.want)
 		}
 	}
-	resp = x.commit(t, &storev1.CommitRequest{TxnId: "other2", Groups: []*storev1.Group{groupOf(nil, put(b, "2"))}})
+	resp = x.commit(t, &storev1.CommitRequest{TxnId: "other2", Groups: []*storev1.Group{groupOf(nil, put(a, "2"))}})
 	if !resp.GetGroups()[0].GetCommitted() {
 		t.Fatalf("write after recovery: %v", resp)
 	}
@@ -187,23 +202,25 @@ func TestDeadDriverRecovery(t *testing.T) {
 		t.Fatalf("retry of the aborted request: %v", resp)
 	}
 
-	// Dying after the decision: recovery commits.
+	// Dying after every participant prepared: the transaction committed.
 	c, d := x.keyOn("/machines/c%d", 1), x.keyOn("/machines/d%d", 2)
 	req = &storev1.CommitRequest{TxnId: "u", Groups: []*storev1.Group{groupOf(nil, addOp(c, 3), addOp(d, 4))}}
-	x.backend.fail.Store(storev1.Phase_PHASE_RESOLVE, true)
+	x.backend.failOn(true, storev1.Phase_PHASE_RESOLVE, 1, 2)
 	if _, err := x.Commit(context.Background(), req); !errors.Is(err, errDriverDied) {
 		t.Fatalf("commit dying before resolution: %v", err)
 	}
-	x.backend.fail.Store(storev1.Phase_PHASE_RESOLVE, false)
-	// The coordinator (shard 1) committed its part with the decision;
-	// shard 2's leader finishes the rest.
-	if vc, _ := x.value(t, c); vc != "3" {
-		t.Fatalf("%s = %q after the decision, want 3", c, vc)
+	x.backend.failOn(false, storev1.Phase_PHASE_RESOLVE, 1, 2)
+	if vc, _ := x.value(t, c); vc != "" {
+		t.Fatalf("%s = %q before resolution, want nothing yet", c, vc)
 	}
 	x.clock.Add(int64(x.cfg.TxnTimeout) + 1)
-	for sh, want := range map[uint32]int{1: 0, 2: 1} {
-		if n, err := x.ResolveOverdue(context.Background(), sh); err != nil || n != want {
-			t.Fatalf("recovery of shard %d: %d %v, want %d", sh, n, err, want)
+	// Shard 1's leader settles it on both shards.
+	for _, r := range []struct {
+		shard uint32
+		want  int
+	}{{1, 1}, {2, 0}} {
+		if n, err := x.ResolveOverdue(context.Background(), r.shard); err != nil || n != r.want {
+			t.Fatalf("recovery of shard %d: %d %v, want %d", r.shard, n, err, r.want)
 		}
 	}
 	if vc, _ := x.value(t, c); vc != "3" {
@@ -275,29 +292,4 @@ func TestConcurrentCrossShardTransfers(t *testing.T) {
 		}
 	}
 	t.Logf("%d transfers committed, %d refused", committed.Load(), refused.Load())
-}
-
-// A retry of a committed cross-shard request gets its outcome without
-// revisions: the first reply had them, and the shards have moved on
-// since, so the revisions a retry could name are not the versions the
-// request gave its keys. (It used to name each participant's current
-// revision, which a client taking for b's version would find wrong.)
-func TestRetryOfCrossShardCommitNamesNoRevisions(t *testing.T) {
-	x := newCrossShardServer(t)
-	a, b, c := x.keyOn("/machines/a%d", 0), x.keyOn("/machines/b%d", 1), x.keyOn("/machines/c%d", 1)
-	req := &storev1.CommitRequest{TxnId: "t", Groups: []*storev1.Group{groupOf(nil, addOp(a, 1), addOp(b, 1))}}
-	first := x.commit(t, req).GetGroups()[0]
-	if !first.GetCommitted() || first.GetShardRevisions()[1] == 0 {
-		t.Fatalf("first reply: %v", first)
-	}
-	// Shard 1 (not the coordinator) moves on; b stays at its version.
-	x.commit(t, &storev1.CommitRequest{TxnId: "other", Groups: []*storev1.Group{groupOf(nil, addOp(c, 1))}})
-	resp := x.commit(t, req)
-	g := resp.GetGroups()[0]
-	if !resp.GetDuplicate() || !g.GetCommitted() || g.GetRevision() != 0 || len(g.GetShardRevisions()) != 0 {
-		t.Fatalf("retry: %v, want committed, duplicate, no revisions", resp)
-	}
-	if _, version := x.value(t, b); version != first.GetShardRevisions()[1] {
-		t.Fatalf("%s at version %d, the first reply said %d", b, version, first.GetShardRevisions()[1])
-	}
 }

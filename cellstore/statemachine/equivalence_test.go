@@ -172,9 +172,9 @@ func (g *eqGen) next(i int) (*storev1.Proposal, eqKind) {
 }
 
 // crossShard now and then returns a cross-shard transaction's
-// PREPARE (its groups leave intents and reservations), or the RESOLVE of
-// one prepared earlier, committing all its groups, some or none; nil
-// otherwise.
+// PREPARE (its groups leave intents and reservations), the RESOLVE of
+// one prepared earlier, committing all its groups, some or none, or a
+// FENCE of one prepared or not; nil otherwise.
 func (g *eqGen) crossShard(burst bool) *storev1.Proposal {
 	if burst {
 		return nil
@@ -201,6 +201,14 @@ func (g *eqGen) crossShard(burst bool) *storev1.Proposal {
 		}
 		return &storev1.Proposal{TxnId: prep.GetTxnId(), Phase: storev1.Phase_PHASE_RESOLVE, Decision: d,
 			DedupeWindowNanos: prep.GetDedupeWindowNanos(), Outcome: &storev1.Outcome{}}
+	case r < 14:
+		// A fence of the next transaction (it will not prepare) or of
+		// one prepared (it tells its prepare).
+		id := fmt.Sprintf("x-%04d", g.nextTxn+1)
+		if len(g.prepared) > 0 && g.rng.IntN(2) == 0 {
+			id = g.prepared[g.rng.IntN(len(g.prepared))].GetTxnId()
+		}
+		return &storev1.Proposal{TxnId: id, Phase: storev1.Phase_PHASE_FENCE, DedupeWindowNanos: g.window(false)}
 	}
 	return nil
 }

@@ -70,7 +70,7 @@
 // cell, the round's random numbers, and a way to send the workload's
 // operations through one node) and returns its heal. KillDriver, for
 // the bank, restarts a node so that it holds every cross-shard
-// transaction it drives between prepare and decision, sends it
-// transfers and kills it with SIGKILL while it holds them: the
-// survivors must abort them.
+// transaction it drives after its prepares, sends it transfers and
+// kills it with SIGKILL while it holds them: the survivors must settle
+// them (they committed when every participant had prepared).
 package faults

@@ -21,15 +21,17 @@ const (
 )
 
 // KillDriver kills a node with SIGKILL while it drives cross-shard
-// transactions, between their prepare and their decision. It kills a
+// transactions, after their prepares and before their resolution and
+// replies. It kills a
 // random node and starts it again with --fault-prepare-delay, so that
 // every cross-shard transaction it drives waits after its prepare;
 // once it is back it gets driverTxns operations of the workload at once
 // (Target.Through; the bank's are cross-shard transfers), and it is
 // killed with SIGKILL while they wait. Healing starts it again without
-// the delay. The survivors must resolve what it left prepared (abort
-// it, once the cell's TxnTimeout has passed), and a retry of an
-// operation must get that outcome. Meanwhile the round's own clients
+// the delay. The survivors must settle what it left prepared (commit it
+// if every participant prepared, else fence and abort it, once the
+// cell's TxnTimeout has passed), and a retry of an operation must get
+// that outcome. Meanwhile the round's own clients
 // reach the node too: their transactions wait there until the attempt
 // times out, and the retry through another node decides them.
 func KillDriver() Fault {
@@ -53,7 +55,7 @@ func KillDriver() Fault {
 		pause(ctx, driverPrepare*c.cfg.RTT) // cut short when the load ends
 		err := c.Kill(i)
 		<-done
-		what := fmt.Sprintf("kill -9 node %d between prepare and decision of the %d cross-shard transactions it drives", i+1, driverTxns)
+		what := fmt.Sprintf("kill -9 node %d after the prepares of the %d cross-shard transactions it drives", i+1, driverTxns)
 		return what, func() error { return c.Start(i) }, err
 	}}
 }
