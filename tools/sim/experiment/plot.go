@@ -111,7 +111,7 @@ func (res *Results) plot(dir string) error {
 			p.X.Min, p.X.Max = slices.Min(res.XS)/1.5, slices.Max(res.XS)*1.5
 		}
 		p.Y.Min = 0
-		p.Legend.Top = true
+		p.Legend.Top, p.Legend.Left = true, true
 		for i, l := range lines {
 			pts := errorPoints{XYs: make(plotter.XYs, len(l.points)), YErrors: make(plotter.YErrors, len(l.points))}
 			for j, s := range l.points {
@@ -120,7 +120,8 @@ func (res *Results) plot(dir string) error {
 				if c.low != "" {
 					pts.YErrors[j].Low, pts.YErrors[j].High = y-s.Mean[c.low], s.Mean[c.high]-y
 				} else {
-					pts.YErrors[j].Low, pts.YErrors[j].High = s.SD[c.metric], s.SD[c.metric]
+					// Every measure is >= 0: so is the bar.
+					pts.YErrors[j].Low, pts.YErrors[j].High = min(s.SD[c.metric], y), s.SD[c.metric]
 				}
 			}
 			ln, sc, err := plotter.NewLinePoints(pts)
