@@ -1,0 +1,112 @@
+package storerun
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/troupe-cluster/troupe/clientlib"
+	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
+	"github.com/troupe-cluster/troupe/schedulers/framework"
+	"github.com/troupe-cluster/troupe/schedulers/scheduler"
+)
+
+// instance is a real scheduler instance of the experiment, and the
+// model of its decision time. A scheduler decides in the wall time its
+// code takes (microseconds on a small cell) and has no decision time to
+// inject, so the instance's placement commits come through here
+// (scheduler.Config.Commits) and wait the modelled time first, t_job +
+// t_task per placement: as in the simulator, a decision reads its
+// snapshot, and commits against the cell as it is once the decision time
+// has passed. The tasks that fit nowhere are known only when the
+// decision is reported (scheduler.Config.Observe), after its commit:
+// their t_task, and t_job if nothing was committed, are waited then, so
+// that the instance is busy for the whole modelled time, but its commit
+// came that much earlier than the simulator's.
+type instance struct {
+	r        *run
+	index    int
+	decision framework.DecisionTime
+	sched    *scheduler.Scheduler
+	// Store is the instance's client, which commits after the wait.
+	clientlib.Store
+
+	// The decision in progress, touched only by the instance's goroutine:
+	// when its first commit came (zero: none yet), and the decision time
+	// waited so far.
+	start  time.Time
+	waited time.Duration
+}
+
+// Commit waits the decision time of the placements in req, then commits.
+func (in *instance) Commit(ctx context.Context, req *storev1.CommitRequest) (*storev1.CommitResponse, error) {
+	d := in.decision.Task * time.Duration(placements(req))
+	if in.start.IsZero() {
+		in.start, d = time.Now(), d+in.decision.Job
+	}
+	in.waited += d
+	err := in.r.sleep(ctx, d)
+	var resp *storev1.CommitResponse
+	if err == nil {
+		resp, err = in.Store.Commit(ctx, req)
+	}
+	if err != nil {
+		in.start, in.waited = time.Time{}, 0 // the instance gives up the decision: no report follows
+	}
+	return resp, err
+}
+
+// placements counts the placements in a commit request: each creates its
+// task's Binding (a preemption's victims lose theirs).
+func placements(req *storev1.CommitRequest) int {
+	n := 0
+	for _, g := range req.GetGroups() {
+		for _, op := range g.GetOps() {
+			if strings.HasPrefix(op.GetPut().GetKey(), clientlib.Bindings.Prefix) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// observe takes the report of a decision: the rest of its modelled time
+// is waited, and it is recorded from its first commit (or now, without
+// one) to the end of the wait.
+func (in *instance) observe(d scheduler.Decision) {
+	if in.start.IsZero() {
+		in.start = time.Now()
+	}
+	in.r.sleep(in.r.ctx, in.decision.For(len(d.Plan.Placements)+len(d.Plan.Failures))-in.waited)
+	in.r.decided(in.index, d, in.start, time.Now())
+	in.start, in.waited = time.Time{}, 0
+}
+
+// decided records decision d of scheduler i, from start to end: the
+// workload job's wait (its first decision), the decision's time and
+// outcome, the tasks it preempted; a Job still not placed after
+// MaxAttempts decisions is abandoned.
+func (r *run) decided(i int, d scheduler.Decision, start, end time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	js := r.jobs[d.Job]
+	if !js.of.decided {
+		js.of.decided = true
+		r.rec.Waited(i, r.virtual(start)-js.of.submit)
+	}
+	js.decisions++
+	r.rec.Decided(i, r.virtual(start), r.virtual(end), len(d.Result.Committed), len(d.Result.Conflicted), len(d.Plan.Failures))
+	for _, p := range d.Result.Committed {
+		for _, v := range p.Victims {
+			r.rec.Preempted(r.jobs[v.Job].sched)
+		}
+	}
+	if left := len(d.Plan.Failures) + len(d.Result.Conflicted); left > 0 && js.decisions >= r.cfg.MaxAttempts && !js.abandoned {
+		js.abandoned = true
+		if !js.of.abandoned {
+			js.of.abandoned = true
+			r.rec.Abandoned(i)
+		}
+		r.goRun(func(ctx context.Context) error { return r.abandon(ctx, d.Job) })
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package storerun
+
+const raceEnabled = false

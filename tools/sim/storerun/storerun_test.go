@@ -1,0 +1,178 @@
+package storerun
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/troupe-cluster/troupe/cellstore/memstore"
+	"github.com/troupe-cluster/troupe/clientlib"
+	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
+	"github.com/troupe-cluster/troupe/schedulers/framework"
+	"github.com/troupe-cluster/troupe/schedulers/profiles"
+	"github.com/troupe-cluster/troupe/tools/sim"
+	"github.com/troupe-cluster/troupe/tools/sim/workload"
+)
+
+// experiment is a small synthetic experiment: 20 machines of 8 cores,
+// about 30 batch jobs of 1-6 tasks (20-60 s each) from two batch
+// schedulers, and three services (three tasks on distinct machines, run
+// until the end) from a service scheduler; the cell stays below half
+// full, so every task fits at once.
+func experiment(t *testing.T) (sim.Config, []workload.Job) {
+	t.Helper()
+	wc := workload.Config{Seed: 3, HorizonSeconds: 90,
+		Cell: workload.CellConfig{Zones: 2, Shapes: []workload.ShapeConfig{{Name: "m", Count: 20, CPUCores: 8, MemoryGiB: 32}}},
+		Classes: []workload.ClassConfig{
+			{Name: "batch", Type: "batch", Arrival: workload.ArrivalConfig{Process: "poisson", IntervalSeconds: 3},
+				Tasks: workload.Dist{Dist: "uniform", Min: 1, Max: 6}, DurationSeconds: workload.Dist{Dist: "uniform", Min: 20, Max: 60},
+				CPUCores: workload.Dist{Dist: "choice", Values: []float64{0.5, 1, 2}}, MemoryGiB: workload.Dist{Dist: "uniform", Min: 1, Max: 4},
+				Priority: workload.Dist{Dist: "fixed", Value: 0}},
+			{Name: "service", Type: "service", Arrival: workload.ArrivalConfig{Process: "fixed", IntervalSeconds: 30},
+				Tasks: workload.Dist{Dist: "fixed", Value: 3}, DurationSeconds: workload.Dist{Dist: "fixed", Value: 0},
+				CPUCores: workload.Dist{Dist: "fixed", Value: 1}, MemoryGiB: workload.Dist{Dist: "fixed", Value: 4},
+				Priority: workload.Dist{Dist: "fixed", Value: 100}, DistinctMachines: 1},
+		}}
+	if err := wc.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	gen, err := workload.NewGenerator(wc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := workload.Collect(gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := sim.Config{Machines: wc.Cell.Machines(), MaxAttempts: 100, Backoff: 5 * time.Second, Seed: 7}
+	batch := framework.DecisionTime{Job: 100 * time.Millisecond, Task: 10 * time.Millisecond}
+	for _, name := range []string{"batch-0", "batch-1"} {
+		cfg.Schedulers = append(cfg.Schedulers, sim.SchedulerConfig{Name: name, Kind: profiles.Batch, Serves: workload.Batch, Decision: batch})
+	}
+	cfg.Schedulers = append(cfg.Schedulers, sim.SchedulerConfig{Name: "service-0", Kind: profiles.Service, Serves: workload.Service,
+		Decision: framework.DecisionTime{Job: time.Second, Task: 100 * time.Millisecond}})
+	return cfg, jobs
+}
+
+// Tolerances of the store run against the in-memory one, where timing
+// differs. The store, its watches and the job controller (one worker,
+// a commit per task it creates or finishes) take milliseconds of wall
+// time that count compress times in virtual time, and on a loaded
+// machine (make test runs packages side by side) the job controller
+// falls behind by a second or more: waits may be up to slack of wall
+// time longer, and the run's duration that much longer or shorter. Every decision waits its modelled time, and its commit the
+// store's latency besides, so the store run is at least as busy (up to a
+// rounding), but not busier than maxBusy. The CPU allocated over time
+// differs by the latencies of the tasks' ends.
+const (
+	compress       = 20
+	slack          = 1500 * time.Millisecond
+	maxBusy        = 0.4
+	utilisationTol = 0.02
+)
+
+// The experiment in memory and against an embedded store: every job is
+// placed in both, with the same placements per scheduler and no
+// conflicts to speak of; the store's counters never go over a machine's
+// capacity and add up to the tasks bound at the end (Run audits them);
+// the measures that depend on timing agree within the tolerances.
+func TestAgainstMemory(t *testing.T) {
+	cfg, jobs := experiment(t)
+	s, err := sim.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := s.Run(t.Context(), workload.FromJobs(jobs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	store, err := Options{Compress: compress}.Run(t.Context(), cfg, workload.FromJobs(jobs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d jobs: %v of virtual time in memory, %v against the store, in %v; utilisation %.3f/%.3f (memory/store)", len(jobs),
+		mem.Duration, store.Duration, time.Since(start).Round(time.Millisecond), mem.CPUUtilisation, store.CPUUtilisation)
+	for i, m := range mem.Schedulers {
+		s := store.Schedulers[i]
+		t.Logf("%s: jobs %d/%d, tasks %d/%d, decisions %d/%d, placements %d/%d, conflicts %d/%d, busy %.3f/%.3f, wait p50 %v/%v p90 %v/%v (memory/store)",
+			m.Name, m.Jobs, s.Jobs, m.Tasks, s.Tasks, m.Decisions, s.Decisions, m.Placements, s.Placements, m.Conflicts, s.Conflicts,
+			m.Busyness, s.Busyness, m.WaitMedian, s.WaitMedian, m.WaitP90, s.WaitP90)
+		for _, st := range []sim.SchedulerStats{m, s} {
+			if st.Unscheduled != 0 || st.Abandoned != 0 || st.Unschedulable != 0 || st.Preempted != 0 || st.ConflictFraction > 0.1 {
+				t.Errorf("%s: %d unscheduled, %d abandoned, %d unschedulable, %d preempted, conflict fraction %.2f",
+					st.Name, st.Unscheduled, st.Abandoned, st.Unschedulable, st.Preempted, st.ConflictFraction)
+			}
+		}
+		if s.Jobs != m.Jobs || s.Tasks != m.Tasks || s.Placements != m.Placements || s.Placements != s.Tasks {
+			t.Errorf("%s: %d jobs, %d tasks, %d placements in the store; %d, %d, %d in memory",
+				m.Name, s.Jobs, s.Tasks, s.Placements, m.Jobs, m.Tasks, m.Placements)
+		}
+	}
+	if raceEnabled {
+		t.Log("race detector: timing not compared")
+		return
+	}
+	slack := slack * compress
+	if d := store.Duration - mem.Duration; d > slack || d < -slack {
+		t.Errorf("the store run took %v of virtual time, the in-memory one %v", store.Duration, mem.Duration)
+	}
+	if d := store.CPUUtilisation - mem.CPUUtilisation; d > utilisationTol || d < -utilisationTol {
+		t.Errorf("utilisation: %.3f in the store, %.3f in memory", store.CPUUtilisation, mem.CPUUtilisation)
+	}
+	for i, m := range mem.Schedulers {
+		s := store.Schedulers[i]
+		if s.WaitMedian > m.WaitMedian+slack || s.WaitP90 > m.WaitP90+slack {
+			t.Errorf("%s: waits p50 %v p90 %v in the store, %v and %v in memory", m.Name, s.WaitMedian, s.WaitP90, m.WaitMedian, m.WaitP90)
+		}
+		if s.Busyness < 0.99*m.Busyness || s.Busyness > maxBusy {
+			t.Errorf("%s: busy %.3f in the store, %.3f in memory", m.Name, s.Busyness, m.Busyness)
+		}
+	}
+}
+
+// The audit finds counters over a machine's capacity, counters that
+// disagree with the tasks bound to their machine, and bound tasks whose
+// machine has no counter.
+func TestAudit(t *testing.T) {
+	ms := memstore.New(time.Now, time.Minute)
+	put := func(build func(g *clientlib.Group)) {
+		t.Helper()
+		tx := clientlib.NewTxn(ms)
+		build(tx.Group())
+		out, err := tx.Commit(t.Context())
+		if err == nil {
+			err = out.Err()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	task := func(job, machine string) *troupev1.Task {
+		return &troupev1.Task{Metadata: &troupev1.ObjectMeta{Name: clientlib.TaskName(job, 0), Namespace: namespace},
+			Spec:    &troupev1.TaskSpec{Job: job, Template: &troupev1.TaskTemplate{Command: "sim", Requests: map[string]int64{"cpu": 1000}}},
+			Binding: &troupev1.TaskBinding{Machine: machine}}
+	}
+	put(func(g *clientlib.Group) {
+		clientlib.PutObject(g, clientlib.Tasks, task("a", "m1"))
+		g.Add(clientlib.AllocKey("m1", "cpu"), 1000, 0, 1000)
+	})
+	capacity := map[string]int64{clientlib.AllocKey("m1", "cpu"): 1000, clientlib.AllocKey("m2", "cpu"): 1000}
+	if err := audit(t.Context(), ms, capacity, namespace); err != nil {
+		t.Fatalf("a consistent cell: %v", err)
+	}
+	capacity[clientlib.AllocKey("m1", "cpu")] = 500
+	if err := audit(t.Context(), ms, capacity, namespace); err == nil || !strings.Contains(err.Error(), "over the machine's capacity 500") {
+		t.Fatalf("over capacity: %v", err)
+	}
+	put(func(g *clientlib.Group) {
+		clientlib.PutObject(g, clientlib.Tasks, task("b", "m2"))
+		g.Add(clientlib.AllocKey("m1", "cpu"), -500, 0, 1000)
+	})
+	err := audit(t.Context(), ms, capacity, namespace)
+	for _, want := range []string{"/alloc/m1/cpu is 500, the tasks bound there request 1000", "no counter /alloc/m2/cpu"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("audit says %v, not %q", err, want)
+		}
+	}
+}

@@ -1,0 +1,157 @@
+package storerun
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/troupe-cluster/troupe/clientlib"
+	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
+	"github.com/troupe-cluster/troupe/tools/sim/workload"
+)
+
+const (
+	// perRequest bounds the tasks written in one request (the store takes
+	// 4,096 conditions and operations; a task's write is one of each).
+	perRequest = 1000
+	// maxWrites bounds the tries of a write that conflicts with a
+	// scheduler's.
+	maxWrites = 100
+	// never is a service task's retry back-off: the workload's services
+	// that end are not replaced, as in the simulator.
+	never = 100 * 365 * 24 * time.Hour
+)
+
+// submitAll submits the workload's jobs at their submission times, then
+// says that the workload is exhausted.
+func (r *run) submitAll(ctx context.Context, src workload.Source) error {
+	for {
+		job, err := src.Next()
+		if errors.Is(err, io.EOF) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.submitted = true
+			r.checkDone()
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := r.sleep(ctx, job.Submit-r.now()); err != nil {
+			return err
+		}
+		if err := r.submit(ctx, job); err != nil {
+			return fmt.Errorf("submit job %s: %w", job.ID, err)
+		}
+	}
+}
+
+// submit writes job for the scheduler the simulator would give it; the
+// job controller creates its tasks, as in a cell. A Job has one task
+// template, so a job whose tasks request different amounts (1.6% of the
+// Google trace's jobs, with 19% of its tasks) becomes one Job per
+// request shape, named <id>.<k> and decided apart; the durations of the
+// tasks, one each, go to the hollow agents' runtime by task.
+func (r *run) submit(ctx context.Context, job workload.Job) error {
+	i, err := r.schedulerFor(job)
+	if err != nil {
+		return err
+	}
+	typ, restart, backoff := troupev1.JobType_JOB_TYPE_BATCH, troupev1.RestartPolicy_RESTART_POLICY_NEVER, time.Duration(0)
+	if job.Type == workload.Service {
+		// A service's tasks must be restarted; ON_FAILURE leaves one that
+		// ends (exit 0) ended, and the back-off puts its replacement off
+		// past the run.
+		typ, restart, backoff = troupev1.JobType_JOB_TYPE_SERVICE, troupev1.RestartPolicy_RESTART_POLICY_ON_FAILURE, never
+	}
+	shapes := byShape(job.Tasks)
+	tx := clientlib.NewTxn(r.c)
+	r.mu.Lock()
+	created := timestamppb.New(r.t0.Add(r.wall(job.Submit)))
+	sub := &submission{submit: job.Submit}
+	for k, tasks := range shapes {
+		name := job.ID
+		if len(shapes) > 1 {
+			name = fmt.Sprintf("%s.%d", job.ID, k+1)
+		}
+		r.jobs[namespace+"/"+name] = &jobState{sched: i, of: sub}
+		for index, t := range tasks {
+			if t.Duration > 0 {
+				r.durations[clientlib.TaskRef(namespace, name, int32(index))] = max(r.wall(t.Duration), 1)
+			}
+		}
+		clientlib.PutObject(tx.Group(), clientlib.Jobs, &troupev1.Job{
+			Metadata: &troupev1.ObjectMeta{Name: name, Namespace: namespace, Created: created},
+			Spec: &troupev1.JobSpec{Type: typ, Priority: job.Priority, Scheduler: r.cfg.Schedulers[i].Name, Count: int32(len(tasks)),
+				Template:      &troupev1.TaskTemplate{Command: "sim", Requests: map[string]int64{"cpu": tasks[0].CPU, "memory": tasks[0].Memory}},
+				Constraints:   &troupev1.Constraints{DistinctMachines: job.DistinctMachines, MatchLabels: job.MatchLabels},
+				RestartPolicy: restart, RetryBackoff: durationpb.New(backoff)}})
+	}
+	r.expected += len(job.Tasks)
+	r.rec.Submitted(i, len(job.Tasks))
+	r.mu.Unlock()
+	out, err := tx.Commit(ctx)
+	if err == nil {
+		err = out.Err()
+	}
+	return err
+}
+
+// byShape splits tasks by their requests, in the order of their first
+// task.
+func byShape(tasks []workload.Task) [][]workload.Task {
+	var out [][]workload.Task
+	at := map[[2]int64]int{}
+	for _, t := range tasks {
+		shape := [2]int64{t.CPU, t.Memory}
+		k, ok := at[shape]
+		if !ok {
+			k, at[shape] = len(out), len(out)
+			out = append(out, nil)
+		}
+		out[k] = append(out[k], t)
+	}
+	return out
+}
+
+// abandon gives up job after MaxAttempts decisions, as the simulator
+// does: its pending tasks are stopped (a final phase, so its scheduler
+// lets them be), and the tasks it placed keep running. A task placed
+// meanwhile fails its write and is left alone when read again.
+func (r *run) abandon(ctx context.Context, job string) error {
+	for range maxWrites {
+		tasks, _, err := clientlib.List(ctx, r.c, clientlib.Tasks, job+"/")
+		if err != nil {
+			return err
+		}
+		var pending []*troupev1.Task
+		for _, t := range tasks {
+			if clientlib.Pending(t) {
+				u := proto.Clone(t).(*troupev1.Task)
+				u.Status = &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_STOPPED,
+					Reason: fmt.Sprintf("abandoned after %d decisions", r.cfg.MaxAttempts)}
+				pending = append(pending, u)
+			}
+		}
+		if len(pending) == 0 {
+			return nil
+		}
+		for lo := 0; lo < len(pending); lo += perRequest {
+			tx := clientlib.NewTxn(r.c)
+			g := tx.Group()
+			for _, t := range pending[lo:min(lo+perRequest, len(pending))] {
+				clientlib.PutObject(g, clientlib.Tasks, t)
+			}
+			if _, err := tx.Commit(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	return fmt.Errorf("abandon job %s: tasks still pending after %d writes", job, maxWrites)
+}
