@@ -21,9 +21,11 @@ const maxCachedValue = 64
 // touching Pebble:
 //
 //   - data: every user data key that exists, with its record when small;
-//   - present: every key of the families looked up by name and mostly
-//     absent: txn_ids with a remembered outcome, keys with intents of
-//     cross-shard transactions, prepared transactions;
+//   - present: every txn_id with a remembered outcome (looked up by name,
+//     mostly absent);
+//   - held: the intents and prepared records of cross-shard transactions
+//     in progress, with their values: few, short-lived, and read back by
+//     every RESOLVE;
 //   - meta: the shard's metadata keys, which every proposal reads and
 //     rewrites. Their writes are combined: only the last value of an
 //     Update batch goes to Pebble (see flushMeta).
@@ -34,23 +36,33 @@ const maxCachedValue = 64
 type keyIndex struct {
 	data    map[string][]byte // storage key → record (nil: exists, not cached)
 	present map[string]struct{}
+	held    map[string][]byte
 	meta    map[string][]byte
 	dirty   map[string]bool // meta keys written since the last flushMeta
 }
 
-// presenceIndexed reports whether the index knows every existing key of
-// the family that storage key k belongs to.
-func presenceIndexed(k []byte) bool {
+// family is how the index keeps the keys of storage key k's family.
+type family int
+
+const (
+	unindexed family = iota
+	presence         // every existing key (present)
+	valued           // every existing key with its value (held)
+)
+
+func familyOf(k []byte) family {
 	switch k[0] {
-	case engine.TxnPrefix, engine.IntentPrefix, engine.PreparedPrefix:
-		return true
+	case engine.TxnPrefix:
+		return presence
+	case engine.IntentPrefix, engine.PreparedPrefix:
+		return valued
 	}
-	return false
+	return unindexed
 }
 
 // load rebuilds the index from db.
 func (x *keyIndex) load(db *pebble.DB) error {
-	*x = keyIndex{data: map[string][]byte{}, present: map[string]struct{}{}, meta: map[string][]byte{}, dirty: map[string]bool{}}
+	*x = keyIndex{data: map[string][]byte{}, present: map[string]struct{}{}, held: map[string][]byte{}, meta: map[string][]byte{}, dirty: map[string]bool{}}
 	it, err := db.NewIter(nil)
 	if err != nil {
 		return err
@@ -60,8 +72,10 @@ func (x *keyIndex) load(db *pebble.DB) error {
 		switch {
 		case k[0] == engine.DataPrefix:
 			x.data[string(k)] = cacheable(it.Value())
-		case presenceIndexed(k):
+		case familyOf(k) == presence:
 			x.present[string(k)] = struct{}{}
+		case familyOf(k) == valued:
+			x.held[string(k)] = append([]byte(nil), it.Value()...)
 		case k[0] == engine.MetaPrefix:
 			x.meta[string(k)] = append([]byte(nil), it.Value()...)
 		}
@@ -115,8 +129,13 @@ func (s batchStorage) Get(key []byte) ([]byte, error) {
 			return rec, nil
 		}
 	default:
-		if _, ok := s.idx.present[string(key)]; !ok && presenceIndexed(key) {
-			return nil, nil
+		switch familyOf(key) {
+		case presence:
+			if _, ok := s.idx.present[string(key)]; !ok {
+				return nil, nil
+			}
+		case valued:
+			return s.idx.held[string(key)], nil
 		}
 	}
 	return getValue(s.b, key)
@@ -131,8 +150,11 @@ func (s batchStorage) Set(key, value []byte) error {
 	case engine.DataPrefix:
 		s.idx.data[string(key)] = cacheable(value)
 	default:
-		if presenceIndexed(key) {
+		switch familyOf(key) {
+		case presence:
 			s.idx.present[string(key)] = struct{}{}
+		case valued:
+			s.idx.held[string(key)] = append([]byte(nil), value...)
 		}
 	}
 	return s.b.Set(key, value, nil)
@@ -148,6 +170,7 @@ func (s batchStorage) Delete(key []byte) error {
 		delete(s.idx.data, string(key))
 	default:
 		delete(s.idx.present, string(key))
+		delete(s.idx.held, string(key))
 	}
 	return s.b.Delete(key, nil)
 }
