@@ -147,10 +147,11 @@ func (ctl *Controller) sync(ctx context.Context, jobName string) (time.Duration,
 		tasks[t.GetSpec().GetIndex()] = t
 	}
 	if !ok {
-		// The job is gone: its tasks go too.
+		// The job is gone: its tasks go too. Only if the store agrees: a
+		// job written with its tasks may reach the task cache first.
 		for _, t := range tasks {
 			tx := clientlib.NewTxn(ctl.c)
-			g := tx.Group()
+			g := tx.Group().Require(clientlib.Jobs.Prefix+jobName, 0)
 			clientlib.Unbind(g, t)
 			clientlib.DeleteObject(g, clientlib.Tasks, t)
 			if err := ctl.write(ctx, tx); err != nil {

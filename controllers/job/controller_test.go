@@ -272,3 +272,23 @@ func TestServiceKeepsReplicas(t *testing.T) {
 	c.event("web", "web-0", "Replaced", "Replica replaced by attempt 1 after 0s backoff; attempt 0 failed")
 	c.event("web", "web", "ScaledDown", "Stopped 1 task(s) above count 1")
 }
+
+// A deleted job's tasks go, and release their machines.
+func TestDeletedJobsTasksGo(t *testing.T) {
+	c := startCell(t)
+	if _, err := clientlib.Create(c.ctx, c.c, clientlib.Jobs, newJob("d", troupev1.JobType_JOB_TYPE_BATCH, 2, 0)); err != nil {
+		t.Fatal(err)
+	}
+	c.until("2 tasks bound", func() (bool, string) { ts := c.tasks("d"); return bound(ts) == 2, fmt.Sprint(len(ts), " tasks") })
+	// The controller writes the job's status meanwhile: retry on conflict.
+	c.until("job deleted", func() (bool, string) {
+		err := clientlib.Delete(c.ctx, c.c, clientlib.Jobs, c.job("d"))
+		return err == nil, fmt.Sprint(err)
+	})
+	c.until("tasks deleted", func() (bool, string) { ts := c.tasks("d"); return len(ts) == 0, fmt.Sprint(len(ts), " tasks") })
+	for _, m := range []string{"m0", "m1"} {
+		if v := c.counter(m); v != "0" && v != "" {
+			t.Fatalf("%s's counter is %q after the job's tasks went", m, v)
+		}
+	}
+}
