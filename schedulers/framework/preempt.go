@@ -14,37 +14,103 @@ const preemptCandidates = 16
 // preempt finds, for a task that fits nowhere, the machine where evicting
 // the fewest lower-priority tasks makes it fit (ties: the lowest highest
 // victim priority, then the first found), among the first
-// preemptCandidates machines where evictions would make room. Victims are
-// taken lowest priority first. Every filter is run again on the machine
-// as it would be without the victims.
-func (s *scheduling) preempt(class string, t *Task) (int, []*Running) {
-	var (
-		best        = -1
-		bestVictims []*Running
-		found       int
-	)
-	for _, i := range s.order {
-		victims := s.victims(class, t, i)
-		if victims == nil {
-			continue
-		}
-		if best < 0 || len(victims) < len(bestVictims) ||
-			(len(victims) == len(bestVictims) && maxPriority(victims) < maxPriority(bestVictims)) {
-			best, bestVictims = i, victims
-		}
-		if found++; found == preemptCandidates {
-			break
+// preemptCandidates machines of the order where evictions would make
+// room. Victims are taken lowest priority first. Every filter is run
+// again on the machine as it would be without the victims.
+//
+// What a machine offers a task depends only on the machine as the plan
+// has left it and on the task's class, requests, priority and job, so
+// the search for the plan's next identical task (same key) looks again
+// only at the machines found and those the plan touched since (placed
+// on, evicted from), and goes on in the order from where it stopped.
+func (s *scheduling) preempt(class, key string, t *Task) (int, []*Running) {
+	ps := s.preemptions[key]
+	if ps == nil {
+		ps = &preemptSearch{}
+		s.preemptions[key] = ps
+	}
+	cv := s.cache.class(class, len(s.snap.Machines))
+	again := ps.found
+	for _, idx := range s.touched[ps.touched:] {
+		if at := s.position(idx); at < ps.scanned && !slices.Contains(again, at) {
+			again = append(again, at)
 		}
 	}
-	return best, bestVictims
+	slices.Sort(again)
+	var (
+		found   []int
+		victims [][]*Running
+	)
+	look := func(at int) {
+		if v := s.victims(cv, t, s.order[at]); v != nil {
+			found, victims = append(found, at), append(victims, v)
+		}
+		ps.scanned = max(ps.scanned, at+1)
+	}
+	for _, at := range again {
+		if len(found) == preemptCandidates {
+			break
+		}
+		look(at)
+	}
+	if len(found) == preemptCandidates {
+		ps.scanned = found[len(found)-1] + 1
+	}
+	for at := ps.scanned; at < len(s.order) && len(found) < preemptCandidates; at++ {
+		look(at)
+	}
+	ps.found, ps.touched = found, len(s.touched)
+	best := -1
+	for i, v := range victims {
+		if best < 0 || len(v) < len(victims[best]) ||
+			(len(v) == len(victims[best]) && maxPriority(v) < maxPriority(victims[best])) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return -1, nil
+	}
+	return s.order[found[best]], victims[best]
+}
+
+// preemptSearch is how far preemption searched the order for the
+// identical tasks of a plan: positions below scanned, where found are
+// those of the machines with victims, as the plan was when it had
+// touched its first touched machines.
+type preemptSearch struct {
+	scanned, touched int
+	found            []int
+}
+
+// position returns where machine idx is in the order.
+func (s *scheduling) position(idx int) int {
+	if s.positions == nil {
+		s.positions = resize(s.cache.positions, len(s.order))
+		s.cache.positions = s.positions
+		for at, i := range s.order {
+			s.positions[i] = int32(at)
+		}
+	}
+	return int(s.positions[idx])
 }
 
 // victims returns the smallest prefix, by priority, of machine idx's
 // preemptible tasks whose eviction lets t pass every filter on it; nil if
-// none does.
-func (s *scheduling) victims(class string, t *Task, idx int) []*Running {
+// none does. With a FitFilter, evictions that leave too little room for
+// t's CPU and memory are refused without running the filters, and the
+// machines where all t may evict would not make room are passed over by
+// Snapshot.Preemptible (it may count tasks this plan evicted already:
+// their room is in the machine's now).
+func (s *scheduling) victims(cv *classVerdicts, t *Task, idx int) []*Running {
 	if s.snap.Running == nil {
 		return nil
+	}
+	rooms := s.roomsFor()
+	if s.snap.Preemptible != nil {
+		n, freed := s.snap.Preemptible(idx, PreemptsBelow(t.Priority))
+		if n == 0 || rooms != nil && !rooms[idx].plus(freed).fits(t.Requests[CPU], t.Requests[Memory]) {
+			return nil
+		}
 	}
 	m := s.view(idx)
 	var candidates []*Running
@@ -57,12 +123,33 @@ func (s *scheduling) victims(class string, t *Task, idx int) []*Running {
 		return nil
 	}
 	slices.SortStableFunc(candidates, func(a, b *Running) int { return int(a.Priority - b.Priority) })
-	for n := 1; n <= len(candidates); n++ {
-		if s.filter(class, t, idx, without(m, candidates[:n])).IsSuccess() {
+	first := 1
+	if rooms != nil {
+		if first = roomyPrefix(rooms[idx], candidates, t); first == 0 {
+			return nil
+		}
+	}
+	for n := first; n <= len(candidates); n++ {
+		if s.filter(cv, t, idx, without(m, candidates[:n])).IsSuccess() {
 			return candidates[:n]
 		}
 	}
 	return nil
+}
+
+// roomyPrefix returns the length of the shortest prefix of victims whose
+// eviction from a machine with room r leaves room for t's CPU and
+// memory (0: none does).
+func roomyPrefix(r Room, victims []*Running, t *Task) int {
+	cpu, memory := t.Requests[CPU], t.Requests[Memory]
+	for n, v := range victims {
+		r.CPU += v.Requests[CPU]
+		r.Memory += v.Requests[Memory]
+		if r.fits(cpu, memory) {
+			return n + 1
+		}
+	}
+	return 0
 }
 
 // without returns m as it would be with victims gone.
@@ -89,11 +176,16 @@ func (s *scheduling) evict(idx int, victims []*Running) {
 		return
 	}
 	s.assumed[idx] = without(s.view(idx), victims)
+	s.touched = append(s.touched, idx)
+	if s.rooms != nil {
+		s.rooms[idx] = RoomOf(s.assumed[idx])
+	}
 	for _, v := range victims {
 		s.evicted[v.Key] = true
 	}
 	s.evictedAny = true
 	clear(s.failed)
+	s.scorers = nil // the victims' jobs lost tasks
 }
 
 func maxPriority(rs []*Running) int32 {

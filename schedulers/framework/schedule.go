@@ -26,6 +26,9 @@ type Profile struct {
 	// Preempt lets a task that fits nowhere evict lower-priority tasks
 	// (see CanPreempt); machines need Running filled in.
 	Preempt bool
+	// Cache, if set, keeps the static filters' verdicts and buffers
+	// from one decision to the next (nil: each decision starts afresh).
+	Cache *Cache
 }
 
 // Placement is one task put on one machine.
@@ -47,8 +50,10 @@ type Failure struct {
 type Plan struct {
 	Placements []Placement
 	Failures   []Failure
-	// Examined counts the (task, machine) pairs filtered, and StaticHits
-	// those answered from the equivalence-class cache.
+	// Examined counts the (task, machine) pairs filtered (not the
+	// machines passed over for lack of room, see FitFilter), and
+	// StaticHits the static verdicts answered from the equivalence-class
+	// cache.
 	Examined, StaticHits int
 }
 
@@ -63,19 +68,25 @@ type Plan struct {
 // room: in a full cell a job's hundreds of tasks cost one scan, not
 // hundreds.
 func Schedule(p Profile, snap *Snapshot, tasks []*Task) *Plan {
-	s := &scheduling{p: p, snap: snap, assumed: map[int]*Machine{}, evicted: map[string]bool{}, static: map[string][]*Status{},
-		failed: map[string]*Status{}}
+	s := &scheduling{p: p, snap: snap, cache: p.Cache, assumed: map[int]*Machine{}, evicted: map[string]bool{},
+		failed: map[string]*Status{}, preemptions: map[string]*preemptSearch{}}
 	if p.Rand == nil {
 		s.p.Rand = rand.New(rand.NewPCG(1, 2))
 	}
+	if s.cache == nil {
+		s.cache = NewCache()
+	}
 	for _, f := range p.Filters {
 		if _, ok := f.(Static); ok {
-			s.statics = append(s.statics, f)
-		} else {
-			s.dynamics = append(s.dynamics, f)
+			s.staticFilters = append(s.staticFilters, f)
+			continue
 		}
+		if ff, ok := f.(FitFilter); ok && len(s.dynamics) == 0 {
+			s.fit = ff
+		}
+		s.dynamics = append(s.dynamics, f)
 	}
-	s.order = s.p.Rand.Perm(len(snap.Machines))
+	s.order = s.cache.perm(s.p.Rand, len(snap.Machines))
 	plan := &Plan{}
 	for _, t := range tasks {
 		class := classKey(t)
@@ -87,7 +98,7 @@ func Schedule(p Profile, snap *Snapshot, tasks []*Task) *Plan {
 		idx, score, st := s.place(class, t)
 		var victims []*Running
 		if idx < 0 && st.Code == Unschedulable && p.Preempt {
-			idx, victims = s.preempt(class, t)
+			idx, victims = s.preempt(class, fmt.Sprintf("%s\x00%d\x00%s", fit, t.Priority, t.Job), t)
 		}
 		if idx < 0 {
 			s.failed[fit] = st
@@ -103,23 +114,35 @@ func Schedule(p Profile, snap *Snapshot, tasks []*Task) *Plan {
 }
 
 type scheduling struct {
-	p                 Profile
-	statics, dynamics []FilterPlugin
-	snap              *Snapshot
-	order             []int                // machine indexes in the order examined
-	next              int                  // where the next task starts in order
-	assumed           map[int]*Machine     // machines changed by this plan so far, by index
-	evicted           map[string]bool      // victims of this plan's preemptions
-	static            map[string][]*Status // by class, by machine index: the static filters' verdict
-	failed            map[string]*Status   // by fitKey: tasks that fit nowhere
-	evictedAny        bool                 // the plan has evicted tasks
+	p                       Profile
+	staticFilters, dynamics []FilterPlugin
+	// fit is the first dynamic filter if it is a FitFilter: machines
+	// without room are then passed over, by rooms.
+	fit        FitFilter
+	snap       *Snapshot
+	cache      *Cache
+	order      []int              // machine indexes in the order examined
+	next       int                // where the next task starts in order
+	assumed    map[int]*Machine   // machines changed by this plan so far, by index
+	rooms      []Room             // with fit: each machine's room as the plan has left it (nil until needed)
+	scorers    []jobScorers       // score plugins prepared for a job's tasks (see preScore)
+	touched    []int              // the machines the plan placed on or evicted from, in turn
+	positions  []int32            // where each machine is in order (nil until needed)
+	evicted    map[string]bool    // victims of this plan's preemptions
+	failed     map[string]*Status // by fitKey: tasks that fit nowhere
+	evictedAny bool               // the plan has evicted tasks
+	// preemptions are preemption's searches, by fitKey, priority and job.
+	preemptions map[string]*preemptSearch
 
 	examined, staticHits int
 }
 
-// staticPass is the static verdict of a machine that passes every static
-// filter (nil in the cache: not evaluated yet).
-var staticPass = &Status{Code: Success}
+// jobScorers are the score plugins a job's tasks of one class are scored
+// with, PreScorePlugins prepared, kept while the plan places them.
+type jobScorers struct {
+	job, class string
+	scores     []WeightedScore
+}
 
 // fitKey identifies the tasks of a class with the same requests: if one
 // fits nowhere in a plan, neither does the next.
@@ -151,31 +174,30 @@ func (s *scheduling) place(class string, t *Task) (int, int64, *Status) {
 	if st := s.tooLarge(t, n); st != nil {
 		return -1, 0, st
 	}
-	scores := s.preScore(t)
+	scores := s.preScore(class, t)
+	cv := s.cache.class(class, len(s.snap.Machines))
+	rooms := s.roomsFor()
+	cpu, memory := t.Requests[CPU], t.Requests[Memory]
 	var (
 		best      *Machine
 		bestIdx   = -1
 		bestScore int64
 		feasible  int
-		reasons   = map[string]reason{}
-		lastErr   *Status
+		refused   = refusals{by: map[string]reason{}, errAt: -1}
+		passed    bool // machines were passed over for lack of room
 	)
 	start := s.next
 	i := 0
 	for ; i < n; i++ {
 		idx := s.order[(start+i)%n]
+		if rooms != nil && !rooms[idx].fits(cpu, memory) {
+			passed = true
+			continue
+		}
 		m := s.view(idx)
-		st := s.filter(class, t, idx, m)
+		st := s.filter(cv, t, idx, m)
 		if !st.IsSuccess() {
-			if st.Code == Error {
-				lastErr = st
-			}
-			r := reasons[st.Plugin]
-			if r.count == 0 {
-				r.example = strings.Join(st.Explain(), "; ")
-			}
-			r.count++
-			reasons[st.Plugin] = r
+			refused.add(i, st)
 			continue
 		}
 		feasible++
@@ -189,13 +211,93 @@ func (s *scheduling) place(class string, t *Task) (int, int64, *Status) {
 		}
 	}
 	s.next = (start + i) % n
-	if best == nil {
-		if lastErr != nil {
-			return -1, 0, lastErr
-		}
-		return -1, 0, unschedulable(reasons, n)
+	if best != nil {
+		return bestIdx, bestScore, nil
 	}
-	return bestIdx, bestScore, nil
+	if passed {
+		s.passedOver(&refused, cv, t, start, rooms)
+	}
+	if refused.lastErr != nil {
+		return -1, 0, refused.lastErr
+	}
+	return -1, 0, unschedulable(refused.by, n)
+}
+
+// roomsFor returns the machines' rooms as the plan has left them, when
+// the profile passes over machines without room (nil otherwise).
+func (s *scheduling) roomsFor() []Room {
+	if s.fit == nil || s.rooms != nil {
+		return s.rooms
+	}
+	s.rooms = resize(s.cache.rooms, len(s.snap.Machines))
+	s.cache.rooms = s.rooms
+	if s.snap.Rooms != nil {
+		copy(s.rooms, s.snap.Rooms)
+	} else {
+		for i, m := range s.snap.Machines {
+			s.rooms[i] = RoomOf(m)
+		}
+	}
+	for i, m := range s.assumed {
+		s.rooms[i] = RoomOf(m)
+	}
+	return s.rooms
+}
+
+// passedOver adds to refused, for a task that fits nowhere, what the
+// filters would have said of the machines passed over for lack of room
+// (from position start of the order): the static filters' refusal, or
+// else the FitFilter's, which runs only for the first.
+func (s *scheduling) passedOver(refused *refusals, cv *classVerdicts, t *Task, start int, rooms []Room) {
+	n := len(s.order)
+	cpu, memory := t.Requests[CPU], t.Requests[Memory]
+	fits, first := 0, 0 // the FitFilter's refusals, the first's position
+	for i := range n {
+		idx := s.order[(start+i)%n]
+		if rooms[idx].fits(cpu, memory) {
+			continue
+		}
+		if st := s.static(cv, t, idx); st != staticPass {
+			refused.add(i, st)
+			continue
+		}
+		if fits == 0 {
+			first = i
+		}
+		fits++
+	}
+	if fits > 0 {
+		refused.count(first, fits, s.fit.Name(), func() *Status { return s.fit.Filter(t, s.view(s.order[(start+first)%n])) })
+	}
+}
+
+// refusals collects why the machines refused a task, by plugin, with
+// one reason each (of the first machine in the order of the search),
+// and the last Error met.
+type refusals struct {
+	by      map[string]reason
+	lastErr *Status
+	errAt   int
+}
+
+// add records refusal st of the machine at position at of the search.
+func (r *refusals) add(at int, st *Status) {
+	if st.Code == Error && at > r.errAt {
+		r.lastErr, r.errAt = st, at
+	}
+	r.count(at, 1, st.Plugin, func() *Status { return st })
+}
+
+// count records n refusals by plugin, the first of the machine at
+// position at of the search; status is asked for only if its reason is
+// the example.
+func (r *refusals) count(at, n int, plugin string, status func() *Status) {
+	x := r.by[plugin]
+	if x.count == 0 || at < x.at {
+		x.example, x.at = strings.Join(status().Explain(), "; "), at
+	}
+	x.count += n
+	r.by[plugin] = x
 }
 
 // tooLarge fails t at once when it requests more of a resource than any
@@ -214,31 +316,13 @@ func (s *scheduling) tooLarge(t *Task, machines int) *Status {
 }
 
 // filter runs the filters on machine idx as m (its view), answering the
-// static ones from the class's cache: they look only at what never
+// static ones from the class's verdicts cv: they look only at what never
 // changes in a plan (labels, taints, the machine object), so one verdict
 // per class and machine serves every task of the class.
-func (s *scheduling) filter(class string, t *Task, idx int, m *Machine) *Status {
+func (s *scheduling) filter(cv *classVerdicts, t *Task, idx int, m *Machine) *Status {
 	s.examined++
-	if len(s.statics) > 0 {
-		cache := s.static[class]
-		if cache == nil {
-			cache = make([]*Status, len(s.snap.Machines))
-			s.static[class] = cache
-		}
-		v := cache[idx]
-		if v != nil {
-			s.staticHits++
-		} else {
-			v = staticPass
-			for _, f := range s.statics {
-				if st := f.Filter(t, m); !st.IsSuccess() {
-					v = st
-					break
-				}
-			}
-			cache[idx] = v
-		}
-		if v != staticPass {
+	if len(s.staticFilters) > 0 {
+		if v := s.static(cv, t, idx); v != staticPass {
 			return v
 		}
 	}
@@ -251,9 +335,17 @@ func (s *scheduling) filter(class string, t *Task, idx int, m *Machine) *Status 
 }
 
 // preScore returns the task's score plugins, with PreScorePlugins
-// replaced by what they return for this task.
-func (s *scheduling) preScore(t *Task) []WeightedScore {
-	scores, cloned := s.p.Scores, false
+// replaced by what they return for this task. When each of those is an
+// AssumingScore, they serve the following tasks of the job and class
+// too, told of each placement of the job (assume) instead of prepared
+// again.
+func (s *scheduling) preScore(class string, t *Task) []WeightedScore {
+	for _, js := range s.scorers {
+		if js.job == t.Job && js.class == class {
+			return js.scores
+		}
+	}
+	scores, cloned, assuming := s.p.Scores, false, true
 	for i, w := range scores {
 		ps, ok := w.Plugin.(PreScorePlugin)
 		if !ok {
@@ -267,6 +359,12 @@ func (s *scheduling) preScore(t *Task) []WeightedScore {
 			views[j] = s.view(j)
 		}
 		scores[i] = WeightedScore{Plugin: ps.PreScore(t, views), Weight: w.Weight}
+		if _, ok := scores[i].Plugin.(AssumingScore); !ok {
+			assuming = false
+		}
+	}
+	if cloned && assuming {
+		s.scorers = append(s.scorers, jobScorers{job: t.Job, class: class, scores: scores})
 	}
 	return scores
 }
@@ -300,12 +398,27 @@ func (s *scheduling) assume(t *Task, idx int) {
 		a.Allocated[r] += v
 	}
 	a.JobTasks[t.Job]++
+	s.touched = append(s.touched, idx)
+	if s.rooms != nil {
+		s.rooms[idx] = RoomOf(a)
+	}
+	for _, js := range s.scorers {
+		if js.job != t.Job {
+			continue
+		}
+		for _, w := range js.scores {
+			if as, ok := w.Plugin.(AssumingScore); ok {
+				as.Assume(a)
+			}
+		}
+	}
 }
 
-// reason counts the machines one plugin refused, with one of its reasons.
+// reason counts the machines one plugin refused, with the reason of the
+// first in the search (at: its position).
 type reason struct {
-	count   int
-	example string
+	count, at int
+	example   string
 }
 
 // unschedulable summarizes why no machine fit, by plugin, most common

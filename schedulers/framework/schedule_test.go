@@ -169,3 +169,22 @@ func TestMaxFreeFailsWithoutScanning(t *testing.T) {
 		t.Fatalf("plan %+v, failure %v", plan, plan.Failures)
 	}
 }
+
+// A profile's Cache keeps static verdicts from one decision to the next,
+// until a machine is replaced.
+func TestCacheKeepsStaticVerdicts(t *testing.T) {
+	snap := cell(20, 100000)
+	z := &zone{want: "z1"}
+	p := Profile{Filters: []FilterPlugin{z, &fit{}}, Cache: NewCache()}
+	Schedule(p, snap, tasks(5, 100))
+	plan := Schedule(p, snap, tasks(5, 100))
+	if z.calls != 20 || plan.StaticHits != 5*20 {
+		t.Fatalf("static filter ran %d times for two decisions on 20 machines (hits %d), want 20", z.calls, plan.StaticHits)
+	}
+	m := *snap.Machines[3]
+	snap.Machines[3] = &m
+	Schedule(p, snap, tasks(1, 100))
+	if z.calls != 21 {
+		t.Fatalf("static filter ran %d times, want once more for the replaced machine", z.calls)
+	}
+}

@@ -96,13 +96,53 @@ const ProductionPriority = 100
 
 // CanPreempt reports whether a task of priority p may evict a task of
 // priority victim: only a lower priority, and never production by
-// production.
+// production; that is, a priority below PreemptsBelow(p).
 func CanPreempt(p, victim int32) bool {
 	return victim < p && !(victim >= ProductionPriority && p >= ProductionPriority)
 }
 
+// PreemptsBelow returns the priority below which a task of priority p
+// may evict tasks (CanPreempt).
+func PreemptsBelow(p int32) int32 { return min(p, ProductionPriority) }
+
 // Free returns how much of resource r is left.
 func (m *Machine) Free(r string) int64 { return m.Capacity[r] - m.Allocated[r] }
+
+// Fits reports whether m has room for request req of resource r: a
+// request of zero or less asks for nothing; otherwise m must have r and
+// at least req of it free.
+func (m *Machine) Fits(r string, req int64) bool {
+	if req <= 0 {
+		return true
+	}
+	if _, ok := m.Capacity[r]; !ok {
+		return false
+	}
+	return req <= m.Free(r)
+}
+
+// The resources the free-room index of a decision covers (see
+// FitFilter, Room): every task asks for them. The filters check any
+// other resource on the machines the index finds.
+const (
+	CPU    = "cpu"
+	Memory = "memory"
+)
+
+// Room is what a machine has free of CPU and Memory (Machine.Free), flat.
+type Room struct{ CPU, Memory int64 }
+
+// RoomOf returns m's Room.
+func RoomOf(m *Machine) Room { return Room{CPU: m.Free(CPU), Memory: m.Free(Memory)} }
+
+// plus returns r with o added.
+func (r Room) plus(o Room) Room { return Room{CPU: r.CPU + o.CPU, Memory: r.Memory + o.Memory} }
+
+// fits reports whether a task asking for cpu and memory may fit a
+// machine with room r: when it does not, the machine lacks room.
+func (r Room) fits(cpu, memory int64) bool {
+	return (cpu <= 0 || cpu <= r.CPU) && (memory <= 0 || memory <= r.Memory)
+}
 
 // Snapshot is the cell as a decision reads it. Schedule does not change
 // it: placements it decides are assumed in an overlay.
@@ -112,6 +152,18 @@ type Snapshot struct {
 	// resource: a task requesting more fits nowhere, found without
 	// examining every machine of a full cell.
 	MaxFree map[string]int64
+	// Rooms, if set, is RoomOf(Machines[i]) at Rooms[i]: with a
+	// FitFilter, a decision reads the machines' room from it, flat,
+	// instead of from their maps (without it, Schedule builds it).
+	Rooms []Room
+	// Preemptible, if set, says how many of the tasks bound to
+	// Machines[i] have a priority below below, and how much CPU and
+	// Memory they request in all (requests of zero or less counting as
+	// nothing; more of either will do): preemption passes
+	// over the machines where it may evict nothing, or (with a
+	// FitFilter) where evicting all it may would leave too little room,
+	// without calling Running.
+	Preemptible func(i int, below int32) (tasks int, requests Room)
 	// Running returns the tasks bound to a machine. Preemption calls it,
 	// only for tasks that fit nowhere, so a scheduler answers it from its
 	// cache on demand; nil means no machine runs anything.
@@ -146,10 +198,22 @@ type FilterPlugin interface {
 
 // Static marks a FilterPlugin whose verdict depends only on the task's
 // equivalence class and the machine's fixed attributes (labels, taints,
-// object), never on allocations: it is evaluated once per class and
-// machine.
+// object, schedulability), never on allocations: it is evaluated once
+// per class and machine (see Cache).
 type Static interface {
 	Static()
+}
+
+// FitFilter marks a FilterPlugin that refuses every machine where one of
+// the task's requests does not fit (Machine.Fits). When it is the first
+// of a profile's filters that are not Static, Schedule passes over the
+// machines without room for a task's CPU and Memory (by their Room)
+// without running any filter on them, and works out what the filters
+// would have said of them only for a task that fits nowhere. The plan
+// is the same: those machines are refused either way.
+type FitFilter interface {
+	FilterPlugin
+	FitFilter()
 }
 
 // ScorePlugin ranks a feasible machine for a task, from 0 (worst) to 100.
@@ -165,6 +229,16 @@ type ScorePlugin interface {
 type PreScorePlugin interface {
 	ScorePlugin
 	PreScore(t *Task, machines []*Machine) ScorePlugin
+}
+
+// AssumingScore is a ScorePlugin that a PreScorePlugin returns and that
+// can follow the plan: Schedule keeps it for the job's following tasks
+// of the same class and tells it of each machine it places one of the
+// job's tasks on (Assume, with the machine as the placement leaves it),
+// instead of calling PreScore again, which would have counted the same.
+type AssumingScore interface {
+	ScorePlugin
+	Assume(m *Machine)
 }
 
 // WeightedScore is a score plugin and its weight in the total.

@@ -93,7 +93,7 @@ func New(kind string, rng *rand.Rand) (framework.Profile, framework.Modes, error
 	}
 	// Every profile may preempt lower-priority tasks (never production by
 	// production: framework.CanPreempt).
-	p := framework.Profile{Filters: fs, Rand: rng, Preempt: true}
+	p := framework.Profile{Filters: fs, Rand: rng, Preempt: true, Cache: framework.NewCache()}
 	switch kind {
 	case Batch:
 		// First fit among a few sampled feasible machines: cheap, and

@@ -24,6 +24,7 @@ type MachineView struct {
 	mu       sync.Mutex
 	index    map[string]int // machine name → position in machines
 	machines []*framework.Machine
+	rooms    []framework.Room      // framework.RoomOf(machines[i]) at i
 	entries  map[string]*viewEntry // by machine name, registered or not
 	// free counts the schedulable machines by resource and by the bit
 	// length of their free amount, so a decision learns in 64 steps the
@@ -116,9 +117,9 @@ func (v *MachineView) publish(name string) {
 		if listed { // swap-remove
 			v.count(v.machines[i], -1)
 			last := len(v.machines) - 1
-			v.machines[i] = v.machines[last]
+			v.machines[i], v.rooms[i] = v.machines[last], v.rooms[last]
 			v.index[v.machines[i].Name] = i
-			v.machines = v.machines[:last]
+			v.machines, v.rooms = v.machines[:last], v.rooms[:last]
 			delete(v.index, name)
 		}
 		return
@@ -131,12 +132,12 @@ func (v *MachineView) publish(name string) {
 	}
 	if listed {
 		v.count(v.machines[i], -1)
-		v.machines[i] = fm
+		v.machines[i], v.rooms[i] = fm, framework.RoomOf(fm)
 		v.count(fm, 1)
 		return
 	}
 	v.index[name] = len(v.machines)
-	v.machines = append(v.machines, fm)
+	v.machines, v.rooms = append(v.machines, fm), append(v.rooms, framework.RoomOf(fm))
 	v.count(fm, 1)
 }
 
@@ -180,13 +181,34 @@ func (v *MachineView) Machine(name string) *framework.Machine {
 	return nil
 }
 
+// Index returns the position of machine name in the Machines of the
+// snapshots taken from now until a machine is deleted (false: not
+// registered).
+func (v *MachineView) Index(name string) (int, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	i, ok := v.index[name]
+	return i, ok
+}
+
 // Snapshot returns the cell for one decision of job: the machines, with
 // jobTasks (the job's tasks per machine) filled into copies of the
-// machines that have some, and the most any of them has free.
+// machines that have some, their rooms, and the most any of them has
+// free.
 func (v *MachineView) Snapshot(jobTasks map[string]int, job string) *framework.Snapshot {
+	snap := &framework.Snapshot{}
+	v.Refill(snap, jobTasks, job)
+	return snap
+}
+
+// Refill makes snap what Snapshot returns, reusing its Machines and
+// Rooms (its other fields are left alone): for a caller done with the
+// decision snap served, so that deciding often in a large cell
+// allocates little.
+func (v *MachineView) Refill(snap *framework.Snapshot, jobTasks map[string]int, job string) {
 	v.mu.Lock()
-	out := make([]*framework.Machine, len(v.machines))
-	copy(out, v.machines)
+	out := append(snap.Machines[:0], v.machines...)
+	rooms := append(snap.Rooms[:0], v.rooms...)
 	maxFree := v.maxFree()
 	idx := make(map[string]int, len(jobTasks))
 	for name := range jobTasks {
@@ -200,5 +222,5 @@ func (v *MachineView) Snapshot(jobTasks map[string]int, job string) *framework.S
 		c.JobTasks = map[string]int{job: jobTasks[name]}
 		out[i] = &c
 	}
-	return &framework.Snapshot{Machines: out, MaxFree: maxFree}
+	snap.Machines, snap.Rooms, snap.MaxFree = out, rooms, maxFree
 }

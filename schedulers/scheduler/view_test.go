@@ -6,11 +6,13 @@ import (
 	"testing"
 
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
+	"github.com/troupe-cluster/troupe/schedulers/framework"
 )
 
 // The view's MaxFree bounds what any schedulable machine has free, within
 // a factor of two, as machines and counters change; cordoned machines do
-// not count.
+// not count. Its Rooms are the machines' free room, as machines come and
+// go.
 func TestMachineViewMaxFree(t *testing.T) {
 	v := NewMachineView()
 	r := rand.New(rand.NewPCG(1, 2))
@@ -22,7 +24,18 @@ func TestMachineViewMaxFree(t *testing.T) {
 	for step := range 500 {
 		m := r.IntN(n)
 		v.SetCounter(fmt.Sprintf("/alloc/m%d/cpu", m), r.Int64N(4001), uint64(step+1))
+		if step%50 == 0 {
+			v.DeleteMachine(fmt.Sprintf("m%d", r.IntN(n)))
+		}
 		snap := v.Snapshot(nil, "")
+		for i, fm := range snap.Machines {
+			if snap.Rooms[i] != framework.RoomOf(fm) {
+				t.Fatalf("step %d: room of %s is %+v, want %+v", step, fm.Name, snap.Rooms[i], framework.RoomOf(fm))
+			}
+			if j, ok := v.Index(fm.Name); !ok || j != i {
+				t.Fatalf("step %d: Index(%s) = %d, %v; it is at %d", step, fm.Name, j, ok, i)
+			}
+		}
 		var most int64
 		for _, fm := range snap.Machines {
 			if !fm.Unschedulable {

@@ -18,6 +18,7 @@
 package sim
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"errors"
@@ -27,6 +28,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -106,16 +108,19 @@ type Simulator struct {
 	events eventQueue
 	store  *memstore.Store
 	view   *scheduler.MachineView
+	// snap is the snapshot of the decision being made, refilled for the
+	// next (decisions are made one at a time).
+	snap   framework.Snapshot
 	scheds []*simScheduler
 	jobs   map[string]*jobState // by "<ns>/<name>"
 	order  []*jobState          // in submission order
 	// waiting are the jobs whose tasks fit nowhere, in the order they
 	// started waiting; a task's end wakes them all.
 	waiting []*jobState
-	bound   map[string]map[string]int // machine → job → tasks bound
-	// runningOn caches preemption's view of a machine until its tasks
-	// change.
-	runningOn map[string][]*framework.Running
+	// machines are the cell's machines at their index in the view's
+	// snapshots (machines are never deleted).
+	machines []*simMachine
+	byName   map[string]*simMachine
 	// cpuUsed is the CPU allocated now; cpuTime integrates it.
 	cpuUsed       int64
 	cpuTime       float64 // millicore-seconds
@@ -149,9 +154,8 @@ func New(cfg Config) (*Simulator, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Simulator{cfg: cfg, view: scheduler.NewMachineView(), jobs: map[string]*jobState{}, bound: map[string]map[string]int{},
-		runningOn: map[string][]*framework.Running{},
-		stats:     newStats(cfg.Schedulers), capacity: map[string]int64{}}
+	s := &Simulator{cfg: cfg, view: scheduler.NewMachineView(), jobs: map[string]*jobState{}, byName: map[string]*simMachine{},
+		stats: newStats(cfg.Schedulers), capacity: map[string]int64{}}
 	for _, m := range cfg.Machines {
 		s.cpuTotal += m.CPU
 		s.capacity[clientlib.AllocKey(m.Name, "cpu")], s.capacity[clientlib.AllocKey(m.Name, "memory")] = m.CPU, m.Memory
@@ -170,6 +174,16 @@ func New(cfg Config) (*Simulator, error) {
 	}
 	if err := s.register(); err != nil {
 		return nil, err
+	}
+	s.snap.Running, s.snap.Preemptible = s.running, s.preemptible
+	s.machines = make([]*simMachine, len(cfg.Machines))
+	for _, m := range cfg.Machines {
+		i, ok := s.view.Index(m.Name)
+		if !ok || s.machines[i] != nil {
+			return nil, fmt.Errorf("sim: machine %s twice or not in the view", m.Name)
+		}
+		s.machines[i] = &simMachine{name: m.Name, tasks: map[taskRef]bool{}}
+		s.byName[m.Name] = s.machines[i]
 	}
 	return s, nil
 }
@@ -395,9 +409,8 @@ func (s *Simulator) decide(sc *simScheduler) {
 	}
 	js.attempts++
 	sc.busy = true
-	snap := s.view.Snapshot(s.jobTasks(js), js.key)
-	snap.Running = s.running
-	plan := framework.Schedule(sc.profile, snap, pending)
+	s.view.Refill(&s.snap, s.jobTasks(js), js.key)
+	plan := framework.Schedule(sc.profile, &s.snap, pending)
 	took := sc.cfg.Decision.For(len(pending))
 	start := s.now
 	s.at(s.now+took, func() { s.finishDecision(sc, js, plan, start) })
@@ -448,7 +461,7 @@ func (s *Simulator) placed(js *jobState, p framework.Placement, res *framework.R
 	for _, v := range p.Victims {
 		victim, i := s.jobs[v.Job], v.Task.GetSpec().GetIndex()
 		t := victim.replace(i)
-		s.unbound(victim, i, t.GetBinding().GetMachine())
+		s.unbound(victim, i, s.byName[t.GetBinding().GetMachine()])
 		t.Binding = nil
 		t.Status = &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_PENDING, Reason: "preempted by " + p.Task.Key}
 		t.Metadata.Version = version
@@ -462,11 +475,7 @@ func (s *Simulator) placed(js *jobState, p framework.Placement, res *framework.R
 	t.Binding = &troupev1.TaskBinding{Machine: p.Machine.Name}
 	t.Status = &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_BOUND}
 	t.Metadata.Version = version
-	if s.bound[p.Machine.Name] == nil {
-		s.bound[p.Machine.Name] = map[string]int{}
-	}
-	s.bound[p.Machine.Name][js.key]++
-	delete(s.runningOn, p.Machine.Name)
+	s.byName[p.Machine.Name].bind(js, i, 1)
 	s.cpuUsed += js.job.Tasks[i].CPU
 	js.runs[i]++
 	if d := js.job.Tasks[i].Duration; d > 0 {
@@ -480,11 +489,8 @@ func (s *Simulator) placed(js *jobState, p framework.Placement, res *framework.R
 }
 
 // unbound forgets that task i of js runs on machine m.
-func (s *Simulator) unbound(js *jobState, i int32, m string) {
-	if s.bound[m][js.key]--; s.bound[m][js.key] == 0 {
-		delete(s.bound[m], js.key)
-	}
-	delete(s.runningOn, m)
+func (s *Simulator) unbound(js *jobState, i int32, m *simMachine) {
+	m.bind(js, i, -1)
 	s.cpuUsed -= js.job.Tasks[i].CPU
 }
 
@@ -508,7 +514,7 @@ func (s *Simulator) end(js *jobState, i int32) {
 	}
 	done.Metadata.Version = out.Groups[0].Revision
 	js.tasks[i] = done
-	s.unbound(js, i, m)
+	s.unbound(js, i, s.byName[m])
 	s.wake(s.view.Machine(m))
 }
 
@@ -541,24 +547,38 @@ func (s *Simulator) jobTasks(js *jobState) map[string]int {
 	return out
 }
 
-// running answers preemption's question: the tasks bound to machine.
-func (s *Simulator) running(machine string) []*framework.Running {
-	if out, ok := s.runningOn[machine]; ok {
-		return out
-	}
-	out := []*framework.Running{}
-	defer func() { s.runningOn[machine] = out }()
-	for _, key := range slices.Sorted(maps.Keys(s.bound[machine])) {
-		for _, t := range s.jobs[key].tasks {
-			if t.GetBinding().GetMachine() != machine {
-				continue
-			}
-			tk, _ := clientlib.Tasks.Key(t)
-			ft := framework.NewTask(tk, t)
-			out = append(out, &framework.Running{Key: tk, Task: t, Job: ft.Job, Priority: ft.Priority, Requests: ft.Requests})
+// preemptible answers preemption's question of machine i
+// (framework.Snapshot.Preemptible).
+func (s *Simulator) preemptible(i int, below int32) (tasks int, requests framework.Room) {
+	for _, b := range s.machines[i].bands {
+		if b.priority >= below {
+			break
 		}
+		tasks += b.tasks
+		requests.CPU += b.requests.CPU
+		requests.Memory += b.requests.Memory
 	}
-	return out
+	return tasks, requests
+}
+
+// running answers preemption's question: the tasks bound to machine,
+// by job key and index.
+func (s *Simulator) running(machine string) []*framework.Running {
+	m := s.byName[machine]
+	if m.running != nil {
+		return m.running
+	}
+	refs := slices.SortedFunc(maps.Keys(m.tasks), func(a, b taskRef) int {
+		return cmp.Or(strings.Compare(a.js.key, b.js.key), cmp.Compare(a.i, b.i))
+	})
+	m.running = make([]*framework.Running, 0, len(refs))
+	for _, r := range refs {
+		t := r.js.tasks[r.i]
+		tk, _ := clientlib.Tasks.Key(t)
+		ft := framework.NewTask(tk, t)
+		m.running = append(m.running, &framework.Running{Key: tk, Task: t, Job: ft.Job, Priority: ft.Priority, Requests: ft.Requests})
+	}
+	return m.running
 }
 
 // replace puts a copy of task i in place of it and returns the copy to
@@ -590,6 +610,51 @@ func (js *jobState) pending() []*framework.Task {
 		}
 	}
 	return out
+}
+
+// simMachine is what the simulator knows of one machine: the tasks bound
+// to it, by priority, and preemption's view of them until they change.
+type simMachine struct {
+	name    string
+	tasks   map[taskRef]bool
+	bands   []band               // by priority, ascending
+	running []*framework.Running // nil: to be worked out
+}
+
+// band counts the tasks of one priority bound to a machine, and their
+// requests.
+type band struct {
+	priority int32
+	tasks    int
+	requests framework.Room
+}
+
+// bind records task i of js as bound to m (delta 1) or no longer (-1).
+func (m *simMachine) bind(js *jobState, i int32, delta int) {
+	if delta > 0 {
+		m.tasks[taskRef{js, i}] = true
+	} else {
+		delete(m.tasks, taskRef{js, i})
+	}
+	m.running = nil
+	p, t := js.job.Priority, js.job.Tasks[i]
+	at, ok := slices.BinarySearchFunc(m.bands, p, func(b band, p int32) int { return cmp.Compare(b.priority, p) })
+	if !ok {
+		m.bands = slices.Insert(m.bands, at, band{priority: p})
+	}
+	b := &m.bands[at]
+	b.tasks += delta
+	b.requests.CPU += int64(delta) * t.CPU
+	b.requests.Memory += int64(delta) * t.Memory
+	if b.tasks == 0 {
+		m.bands = slices.Delete(m.bands, at, at+1)
+	}
+}
+
+// taskRef is task i of a job.
+type taskRef struct {
+	js *jobState
+	i  int32
 }
 
 // simScheduler is one simulated scheduler.

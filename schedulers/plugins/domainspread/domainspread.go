@@ -28,9 +28,10 @@
 //	... plugin.Score(t, m) for each feasible m ...
 //
 // Nothing is stored in the DomainSpread, so one instance serves concurrent
-// decisions. To avoid the O(machines) count per task, a framework may keep
-// the Scorer for the following tasks of the same job and class and call
-// Scorer.Assume after each placement.
+// decisions. The Scorer is a framework.AssumingScore: to avoid the
+// O(machines) count per task, the framework keeps it for the following
+// tasks of the same job and class and calls Scorer.Assume after each
+// placement of the job.
 //
 // Without PreScore, DomainSpread.Score is 0 for every machine: neutral.
 package domainspread
@@ -114,7 +115,7 @@ type Scorer struct {
 	lo, hi     int
 }
 
-var _ framework.ScorePlugin = (*Scorer)(nil)
+var _ framework.AssumingScore = (*Scorer)(nil)
 
 // NewScorer returns the scorer for job's tasks with counts, the job's tasks
 // per value of label (as Counts returns them). It keeps counts.

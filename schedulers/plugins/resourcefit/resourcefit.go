@@ -16,13 +16,15 @@ import (
 const Name = "ResourceFit"
 
 // ResourceFit refuses machines without enough free capacity for one of the
-// task's requests, or without the requested resource at all. Requests of
-// zero or less ask for nothing. Its verdict depends on allocations, so it
-// is not Static. Cordoned machines are refused by schedulable.Schedulable,
-// not here.
+// task's requests, or without the requested resource at all
+// (framework.Machine.Fits). Requests of zero or less ask for nothing. Its
+// verdict depends on allocations, so it is not Static; it is a
+// FitFilter, so a decision passes over the machines without room for a
+// task's CPU and memory without asking it. Cordoned machines are refused
+// by schedulable.Schedulable, not here.
 type ResourceFit struct{}
 
-var _ framework.FilterPlugin = (*ResourceFit)(nil)
+var _ framework.FitFilter = (*ResourceFit)(nil)
 
 // New returns the plugin.
 func New() *ResourceFit { return &ResourceFit{} }
@@ -30,13 +32,17 @@ func New() *ResourceFit { return &ResourceFit{} }
 // Name returns "ResourceFit".
 func (*ResourceFit) Name() string { return Name }
 
+// FitFilter marks ResourceFit as refusing exactly the machines without
+// room (framework.FitFilter).
+func (*ResourceFit) FitFilter() {}
+
 // Filter reports Unschedulable with one reason per resource that does not
 // fit, in resource-name order.
 func (*ResourceFit) Filter(t *framework.Task, m *framework.Machine) *framework.Status {
 	// The common case, everything fits, allocates nothing.
 	fits := true
 	for r, req := range t.Requests {
-		if !fit(r, req, m) {
+		if !m.Fits(r, req) {
 			fits = false
 			break
 		}
@@ -48,7 +54,7 @@ func (*ResourceFit) Filter(t *framework.Task, m *framework.Machine) *framework.S
 		var reasons []string
 		for _, r := range slices.Sorted(maps.Keys(t.Requests)) {
 			req := t.Requests[r]
-			if fit(r, req, m) {
+			if m.Fits(r, req) {
 				continue
 			}
 			if _, ok := m.Capacity[r]; !ok {
@@ -59,14 +65,4 @@ func (*ResourceFit) Filter(t *framework.Task, m *framework.Machine) *framework.S
 		}
 		return reasons
 	})
-}
-
-func fit(r string, req int64, m *framework.Machine) bool {
-	if req <= 0 {
-		return true
-	}
-	if _, ok := m.Capacity[r]; !ok {
-		return false
-	}
-	return req <= m.Free(r)
 }

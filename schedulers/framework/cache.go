@@ -1,0 +1,98 @@
+package framework
+
+import "math/rand/v2"
+
+// Cache is what a profile keeps from one decision to the next. The
+// verdicts of its Static filters, by equivalence class and machine, so
+// that a decision runs them only on machines it has not seen before:
+// machines are told apart by their *Machine, so whoever builds snapshots
+// must give a machine whose labels, taints, object or schedulability
+// change a new *Machine (MachineView does: published machines are never
+// changed); at most maxCachedClasses classes are kept. And the buffers
+// of a decision (the machine order, rooms and positions), so that a
+// decision about a few tasks in a large cell allocates little. It is
+// not safe for concurrent use: one decision at a time, as with
+// Profile.Rand.
+type Cache struct {
+	classes   map[string]*classVerdicts
+	order     []int
+	rooms     []Room
+	positions []int32
+}
+
+// NewCache returns an empty cache.
+func NewCache() *Cache { return &Cache{classes: map[string]*classVerdicts{}} }
+
+// maxCachedClasses bounds the classes a Cache holds: when one more
+// comes, it starts again.
+const maxCachedClasses = 16
+
+// resize returns buf with length n, reusing its array if large enough.
+func resize[T any](buf []T, n int) []T {
+	if cap(buf) < n {
+		return make([]T, n)
+	}
+	return buf[:n]
+}
+
+// perm returns rng.Perm(n) in the cache's order buffer.
+func (c *Cache) perm(rng *rand.Rand, n int) []int {
+	c.order = resize(c.order, n)
+	for i := range c.order {
+		c.order[i] = i
+	}
+	rng.Shuffle(n, func(i, j int) { c.order[i], c.order[j] = c.order[j], c.order[i] })
+	return c.order
+}
+
+// classVerdicts are one class's static verdicts, by machine index.
+type classVerdicts []staticVerdict
+
+// staticVerdict is the static filters' verdict on machine m: staticPass
+// or the first refusal.
+type staticVerdict struct {
+	m      *Machine
+	status *Status
+}
+
+// class returns the verdicts of class, for a snapshot of n machines.
+func (c *Cache) class(class string, n int) *classVerdicts {
+	cv, ok := c.classes[class]
+	if !ok {
+		if len(c.classes) == maxCachedClasses {
+			clear(c.classes)
+		}
+		cv = &classVerdicts{}
+		c.classes[class] = cv
+	}
+	if len(*cv) < n {
+		*cv = append(*cv, make(classVerdicts, n-len(*cv))...)
+	}
+	return cv
+}
+
+// staticPass is the static verdict of a machine that passes every static
+// filter.
+var staticPass = &Status{Code: Success}
+
+// static returns the static filters' verdict on machine idx for t, whose
+// class's verdicts are cv: staticPass or the first refusal. Static
+// filters look only at what a plan never changes, so the snapshot's
+// machine stands for its view.
+func (s *scheduling) static(cv *classVerdicts, t *Task, idx int) *Status {
+	m := s.snap.Machines[idx]
+	v := &(*cv)[idx]
+	if v.m == m {
+		s.staticHits++
+		return v.status
+	}
+	st := staticPass
+	for _, f := range s.staticFilters {
+		if r := f.Filter(t, m); !r.IsSuccess() {
+			st = r
+			break
+		}
+	}
+	*v = staticVerdict{m: m, status: st}
+	return st
+}
