@@ -45,18 +45,26 @@ func metricLabel(name string) string {
 	return name
 }
 
-// line is the summaries of one runner, series and role, by x.
+// line is the summaries of one runner, series and role, by x. Its
+// colour and glyph follow its runner and series, its dashes its role
+// and runner.
 type line struct {
-	label  string
-	runner int
-	points []Summary
+	label        string
+	colour, dash int
+	points       []Summary
 }
 
 // lines groups res.Summary into lines, in order of first appearance.
 func (res *Results) lines() []line {
 	var out []line
 	index := map[string]int{}
+	colours := map[[2]string]int{}
 	for _, s := range res.Summary {
+		colour, ok := colours[[2]string{s.Runner, s.Series}]
+		if !ok {
+			colour = len(colours)
+			colours[[2]string{s.Runner, s.Series}] = colour
+		}
 		var parts []string
 		if len(res.Runners) > 1 {
 			parts = append(parts, s.Runner)
@@ -67,7 +75,8 @@ func (res *Results) lines() []line {
 		if !ok {
 			i = len(out)
 			index[label] = i
-			out = append(out, line{label: label, runner: slices.Index(res.Runners, s.Runner)})
+			dash := 2*slices.Index(res.Runners, s.Runner) + slices.Index([]string{"batch", "service"}, s.Role)
+			out = append(out, line{label: label, colour: colour, dash: dash})
 		}
 		out[i].points = append(out[i].points, s)
 	}
@@ -112,7 +121,8 @@ func (res *Results) plot(dir string) error {
 		}
 		p.Y.Min = 0
 		p.Legend.Top, p.Legend.Left = true, true
-		for i, l := range lines {
+		var top float64
+		for _, l := range lines {
 			pts := errorPoints{XYs: make(plotter.XYs, len(l.points)), YErrors: make(plotter.YErrors, len(l.points))}
 			for j, s := range l.points {
 				y := s.Mean[c.metric]
@@ -123,6 +133,7 @@ func (res *Results) plot(dir string) error {
 					// Every measure is >= 0: so is the bar.
 					pts.YErrors[j].Low, pts.YErrors[j].High = min(s.SD[c.metric], y), s.SD[c.metric]
 				}
+				top = max(top, y+pts.YErrors[j].High)
 			}
 			ln, sc, err := plotter.NewLinePoints(pts)
 			if err != nil {
@@ -132,12 +143,14 @@ func (res *Results) plot(dir string) error {
 			if err != nil {
 				return err
 			}
-			ln.Color, sc.Color, bars.Color = plotutil.Color(i), plotutil.Color(i), plotutil.Color(i)
-			ln.Dashes = plotutil.Dashes(l.runner)
-			sc.Shape = plotutil.Shape(i)
+			ln.Color, sc.Color, bars.Color = plotutil.Color(l.colour), plotutil.Color(l.colour), plotutil.Color(l.colour)
+			ln.Dashes = plotutil.Dashes(l.dash)
+			sc.Shape = plotutil.Shape(l.colour)
 			p.Add(ln, sc, bars)
 			p.Legend.Add(l.label, ln, sc)
 		}
+		// Room above the data for the legend, a line per entry.
+		p.Y.Max = max(top, 1e-9) * (1 + 0.09*float64(len(lines)))
 		for _, ext := range []string{".png", ".svg"} {
 			if err := p.Save(6*vg.Inch, 4*vg.Inch, filepath.Join(dir, c.file+ext)); err != nil {
 				return err
