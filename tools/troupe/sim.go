@@ -14,9 +14,12 @@ import (
 // a synthetic configuration) with batch and service schedulers in
 // virtual time and prints the Omega measures as JSON, or runs an
 // experiment (`troupe sim sweep NAME -out DIR`): see tools/sim/experiment.
-// Ctrl-C stops it (with the CPU profile written).
+// A sweep's -runner or -compare store plays it against a real store
+// (simStoreRunner), one run at a time. Ctrl-C stops it (with the CPU
+// profile written).
 func runSim(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return experiment.Command{Name: "troupe sim", Stdout: os.Stdout, Stderr: os.Stderr, CPUProfile: bench.StartCPUProfile}.Run(ctx, args)
+	return experiment.Command{Name: "troupe sim", Stdout: os.Stdout, Stderr: os.Stderr, CPUProfile: bench.StartCPUProfile,
+		Runners: map[string]experiment.CLIRunner{"store": {New: simStoreRunner, Exclusive: true}}}.Run(ctx, args)
 }

@@ -35,7 +35,15 @@ type Command struct {
 	CPUProfile func(path string) (stop func(), err error)
 	// Runners are the runners -runner and -compare name, besides
 	// MemoryRunner (InMemory).
-	Runners map[string]Runner
+	Runners map[string]CLIRunner
+}
+
+// CLIRunner is a runner a Command offers.
+type CLIRunner struct {
+	// New registers the runner's flags on the sweep's flag set and
+	// returns the runner, which reads them when it runs.
+	New       func(fs *flag.FlagSet) Runner
+	Exclusive bool // see NamedRunner
 }
 
 // commonFlags are the flags of a single run and of a sweep.
@@ -178,6 +186,11 @@ func (c Command) sweep(ctx context.Context, args []string) error {
 	xs := fs.String("x", "", "comma-separated values to sweep instead of the sweep's own")
 	runner := fs.String("runner", MemoryRunner, "the runner of every point: "+strings.Join(c.runnerNames(), ", "))
 	compare := fs.String("compare", "", "a second runner whose results are compared with the first's")
+	offered := map[string]NamedRunner{MemoryRunner: {Name: MemoryRunner, Run: InMemory}}
+	for _, name := range slices.Sorted(maps.Keys(c.Runners)) {
+		r := c.Runners[name]
+		offered[name] = NamedRunner{Name: name, Run: r.New(fs), Exclusive: r.Exclusive}
+	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
 			usage(fs)
@@ -213,11 +226,11 @@ func (c Command) sweep(ctx context.Context, args []string) error {
 		if name == "" {
 			continue
 		}
-		r, err := c.runner(name)
-		if err != nil {
-			return fmt.Errorf("sweep: %w", err)
+		r, ok := offered[name]
+		if !ok {
+			return fmt.Errorf("sweep: no runner %q (runners: %s)", name, strings.Join(c.runnerNames(), ", "))
 		}
-		e.Runners = append(e.Runners, NamedRunner{Name: name, Run: r})
+		e.Runners = append(e.Runners, r)
 	}
 	if *compare == *runner {
 		return fmt.Errorf("sweep: -compare %s is the runner itself", *compare)
@@ -247,16 +260,6 @@ func (c Command) sweep(ctx context.Context, args []string) error {
 
 func (c Command) runnerNames() []string {
 	return append([]string{MemoryRunner}, slices.Sorted(maps.Keys(c.Runners))...)
-}
-
-func (c Command) runner(name string) (Runner, error) {
-	if name == MemoryRunner {
-		return InMemory, nil
-	}
-	if r := c.Runners[name]; r != nil {
-		return r, nil
-	}
-	return nil, fmt.Errorf("no runner %q (runners: %s)", name, strings.Join(c.runnerNames(), ", "))
 }
 
 func parseFloats(s string) ([]float64, error) {

@@ -50,6 +50,9 @@ func InMemory(ctx context.Context, cfg sim.Config, src workload.Source) (*sim.St
 type NamedRunner struct {
 	Name string
 	Run  Runner
+	// Exclusive runners play in wall time (against a real store): each
+	// of their runs goes alone, with no other run beside it.
+	Exclusive bool
 }
 
 // Params are the settings of one point: the schedulers, and how the
@@ -213,24 +216,34 @@ func (e *Experiment) runAll(ctx context.Context, res *Results) error {
 	if parallel <= 0 {
 		parallel = runtime.GOMAXPROCS(0)
 	}
-	runners := map[string]Runner{}
+	runners := map[string]NamedRunner{}
 	for _, r := range e.Runners {
-		runners[r.Name] = r.Run
+		runners[r.Name] = r
 	}
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
 		done int
 		next = make(chan int)
+		// alone is held for writing by an exclusive run, for reading
+		// by the others.
+		alone sync.RWMutex
 	)
 	for range min(parallel, len(res.Runs)) {
 		wg.Go(func() {
 			for i := range next {
 				run := &res.Runs[i]
 				p := res.Points[run.Point]
+				r := runners[run.Runner]
+				lock, unlock := alone.RLock, alone.RUnlock
+				if r.Exclusive {
+					lock, unlock = alone.Lock, alone.Unlock
+				}
+				lock()
 				start := time.Now()
-				err := e.run(ctx, runners[run.Runner], p, run)
+				err := e.run(ctx, r.Run, p, run)
 				run.Wall = time.Since(start)
+				unlock()
 				mu.Lock()
 				done++
 				if err != nil {

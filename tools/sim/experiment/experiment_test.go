@@ -5,10 +5,14 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/troupe-cluster/troupe/schedulers/framework"
 	"github.com/troupe-cluster/troupe/tools/sim"
@@ -110,7 +114,7 @@ func smallWorkload(t *testing.T, path string) *Workload {
 func runExperiment(t *testing.T, e *Experiment) *Results {
 	t.Helper()
 	if e.Runners == nil {
-		e.Runners = []NamedRunner{{MemoryRunner, InMemory}}
+		e.Runners = []NamedRunner{{Name: MemoryRunner, Run: InMemory}}
 	}
 	res, err := e.Run(t.Context())
 	if err != nil {
@@ -209,7 +213,7 @@ func TestCompare(t *testing.T) {
 	w := smallWorkload(t, "testdata/small.yaml")
 	base.Horizon = w.Span
 	res := runExperiment(t, &Experiment{Sweep: sw, XS: []float64{0.1, 1}, Base: base, Workload: w, Seeds: []uint64{1, 2},
-		Runners: []NamedRunner{{MemoryRunner, InMemory}, {"store", counting}}})
+		Runners: []NamedRunner{{Name: MemoryRunner, Run: InMemory}, {Name: "store", Run: counting}}})
 	if calls != 4 || len(res.Runs) != 8 || len(res.Summary) != 8 {
 		t.Fatalf("%d calls of the second runner, %d runs, %d summaries", calls, len(res.Runs), len(res.Summary))
 	}
@@ -221,6 +225,49 @@ func TestCompare(t *testing.T) {
 		if other := res.Summary[4+i]; other.Runner != "store" || other.Mean["placements"] != s.Mean["placements"] {
 			t.Errorf("the same simulator by two names differs: %+v, %+v", s, other)
 		}
+	}
+}
+
+// A Command's own runners get their flags on the sweep's flag set; an
+// exclusive runner's runs go alone.
+func TestCommandRunners(t *testing.T) {
+	var inFlight, overlaps atomic.Int32
+	var delay *time.Duration
+	tracked := func(ctx context.Context, cfg sim.Config, src workload.Source) (*sim.Stats, error) {
+		inFlight.Add(1)
+		defer inFlight.Add(-1)
+		return InMemory(ctx, cfg, src)
+	}
+	alone := func(ctx context.Context, cfg sim.Config, src workload.Source) (*sim.Stats, error) {
+		if inFlight.Add(1) > 1 {
+			overlaps.Add(1)
+		}
+		defer inFlight.Add(-1)
+		time.Sleep(*delay) // long enough for another run to start beside it, if one could
+		if inFlight.Load() > 1 {
+			overlaps.Add(1)
+		}
+		return InMemory(ctx, cfg, src)
+	}
+	c := Command{Name: "troupe sim", Stdout: io.Discard, Stderr: io.Discard, Runners: map[string]CLIRunner{
+		"slow": {New: func(fs *flag.FlagSet) Runner {
+			delay = fs.Duration("slow-delay", 0, "")
+			return alone
+		}, Exclusive: true},
+		"tracked": {New: func(*flag.FlagSet) Runner { return tracked }},
+	}}
+	dir := t.TempDir()
+	err := c.Run(t.Context(), []string{"sweep", "tjob-sweep", "-config", "testdata/small.yaml", "-x", "0.1,1", "-seeds", "2",
+		"-runner", "tracked", "-compare", "slow", "-slow-delay", "50ms", "-parallel", "4", "-out", dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *delay != 50*time.Millisecond || overlaps.Load() != 0 {
+		t.Errorf("delay %v, %d exclusive runs with another beside them", *delay, overlaps.Load())
+	}
+	report, _ := os.ReadFile(filepath.Join(dir, ReportMD))
+	if !strings.Contains(string(report), "## Compare: slow against tracked") {
+		t.Errorf("no comparison in the report:\n%s", report)
 	}
 }
 
