@@ -111,6 +111,9 @@ func (s *Server) commitCrossShard(ctx context.Context, x *crossShard, resp *stor
 		}
 	}
 	decided := engine.Settle(states, x.atomic)
+	if decided == nil {
+		return false, fmt.Errorf("cross-shard commit: a participant does not know the transaction it prepared: %v", states)
+	}
 	revisions, err := s.resolve(ctx, x.id, x.participants, states, decided)
 	if err != nil {
 		return false, fmt.Errorf("cross-shard commit: resolve: %w", err)
@@ -271,6 +274,9 @@ func (s *Server) ResolveOverdue(ctx context.Context, shard uint32) (int, error) 
 			return i, fmt.Errorf("recover %q: %w", id, err)
 		}
 		decided := engine.Settle(states, rec.GetAtomic())
+		if decided == nil {
+			return i, fmt.Errorf("recover %q: a participant does not know the transaction it fenced: %v", id, states)
+		}
 		if _, err := s.resolve(ctx, id, participants, states, decided); err != nil {
 			return i, fmt.Errorf("recover %q: resolve: %w", id, err)
 		}
