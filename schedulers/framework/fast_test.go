@@ -89,15 +89,18 @@ func fast(snap *framework.Snapshot) *framework.Snapshot {
 	for _, m := range snap.Machines {
 		f.Rooms = append(f.Rooms, framework.RoomOf(m))
 	}
-	f.Preemptible = func(i int, below int32) (n int, freed framework.Room) {
-		for _, r := range snap.Running(snap.Machines[i].Name) {
-			if r.Priority < below {
-				n++
-				freed.CPU += max(r.Requests["cpu"], 0)
-				freed.Memory += max(r.Requests["memory"], 0)
+	f.Preemptible = func(below int32) []framework.Evictable {
+		out := make([]framework.Evictable, len(snap.Machines))
+		for i, m := range snap.Machines {
+			for _, r := range snap.Running(m.Name) {
+				if r.Priority < below {
+					out[i].Tasks++
+					out[i].Requests.CPU += max(r.Requests["cpu"], 0)
+					out[i].Requests.Memory += max(r.Requests["memory"], 0)
+				}
 			}
 		}
-		return n, freed
+		return out
 	}
 	return &f
 }

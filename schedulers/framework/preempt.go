@@ -30,6 +30,10 @@ func (s *scheduling) preempt(class, key string, t *Task) (int, []*Running) {
 		s.preemptions[key] = ps
 	}
 	cv := s.cache.class(class, len(s.snap.Machines))
+	var evictable []Evictable
+	if s.snap.Preemptible != nil {
+		evictable = s.snap.Preemptible(PreemptsBelow(t.Priority))
+	}
 	again := ps.found
 	for _, idx := range s.touched[ps.touched:] {
 		if at := s.position(idx); at < ps.scanned && !slices.Contains(again, at) {
@@ -42,7 +46,7 @@ func (s *scheduling) preempt(class, key string, t *Task) (int, []*Running) {
 		victims [][]*Running
 	)
 	look := func(at int) {
-		if v := s.victims(cv, t, s.order[at]); v != nil {
+		if v := s.victims(cv, t, s.order[at], evictable); v != nil {
 			found, victims = append(found, at), append(victims, v)
 		}
 		ps.scanned = max(ps.scanned, at+1)
@@ -99,16 +103,16 @@ func (s *scheduling) position(idx int) int {
 // none does. With a FitFilter, evictions that leave too little room for
 // t's CPU and memory are refused without running the filters, and the
 // machines where all t may evict would not make room are passed over by
-// Snapshot.Preemptible (it may count tasks this plan evicted already:
-// their room is in the machine's now).
-func (s *scheduling) victims(cv *classVerdicts, t *Task, idx int) []*Running {
+// what they can evict (Snapshot.Preemptible, nil: unknown; it may count
+// tasks this plan evicted already: their room is in the machine's now).
+func (s *scheduling) victims(cv *classVerdicts, t *Task, idx int, evictable []Evictable) []*Running {
 	if s.snap.Running == nil {
 		return nil
 	}
 	rooms := s.roomsFor()
-	if s.snap.Preemptible != nil {
-		n, freed := s.snap.Preemptible(idx, PreemptsBelow(t.Priority))
-		if n == 0 || rooms != nil && !rooms[idx].plus(freed).fits(t.Requests[CPU], t.Requests[Memory]) {
+	if evictable != nil {
+		e := evictable[idx]
+		if e.Tasks == 0 || rooms != nil && !rooms[idx].plus(e.Requests).fits(t.Requests[CPU], t.Requests[Memory]) {
 			return nil
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 
 	"google.golang.org/protobuf/proto"
@@ -147,12 +148,12 @@ type jobScorers struct {
 // fitKey identifies the tasks of a class with the same requests: if one
 // fits nowhere in a plan, neither does the next.
 func fitKey(class string, t *Task) string {
-	var b strings.Builder
-	b.WriteString(class)
+	b := []byte(class)
 	for _, r := range slices.Sorted(maps.Keys(t.Requests)) {
-		fmt.Fprintf(&b, "\x00%s=%d", r, t.Requests[r])
+		b = append(append(append(b, 0), r...), '=')
+		b = strconv.AppendInt(b, t.Requests[r], 10)
 	}
-	return b.String()
+	return string(b)
 }
 
 // view returns machine i as the plan so far has left it.

@@ -132,6 +132,14 @@ const (
 // Room is what a machine has free of CPU and Memory (Machine.Free), flat.
 type Room struct{ CPU, Memory int64 }
 
+// Evictable is what some of a machine's tasks come to: how many, and how
+// much CPU and Memory they request in all (requests of zero or less
+// counting as nothing; more of either will do).
+type Evictable struct {
+	Tasks    int
+	Requests Room
+}
+
 // RoomOf returns m's Room.
 func RoomOf(m *Machine) Room { return Room{CPU: m.Free(CPU), Memory: m.Free(Memory)} }
 
@@ -156,14 +164,13 @@ type Snapshot struct {
 	// FitFilter, a decision reads the machines' room from it, flat,
 	// instead of from their maps (without it, Schedule builds it).
 	Rooms []Room
-	// Preemptible, if set, says how many of the tasks bound to
-	// Machines[i] have a priority below below, and how much CPU and
-	// Memory they request in all (requests of zero or less counting as
-	// nothing; more of either will do): preemption passes
-	// over the machines where it may evict nothing, or (with a
-	// FitFilter) where evicting all it may would leave too little room,
-	// without calling Running.
-	Preemptible func(i int, below int32) (tasks int, requests Room)
+	// Preemptible, if set, returns what the tasks bound to each machine
+	// with a priority below below come to, at the machine's index:
+	// preemption passes over the machines where it may evict nothing,
+	// or (with a FitFilter) where evicting all it may would leave too
+	// little room, without calling Running. Schedule reads what it
+	// returns only until it returns.
+	Preemptible func(below int32) []Evictable
 	// Running returns the tasks bound to a machine. Preemption calls it,
 	// only for tasks that fit nowhere, so a scheduler answers it from its
 	// cache on demand; nil means no machine runs anything.

@@ -121,6 +121,10 @@ type Simulator struct {
 	// snapshots (machines are never deleted).
 	machines []*simMachine
 	byName   map[string]*simMachine
+	// evictable is what the tasks bound to each machine below a
+	// priority come to (framework.Snapshot.Preemptible), for each
+	// priority asked about so far.
+	evictable map[int32][]framework.Evictable
 	// cpuUsed is the CPU allocated now; cpuTime integrates it.
 	cpuUsed       int64
 	cpuTime       float64 // millicore-seconds
@@ -136,8 +140,16 @@ type Simulator struct {
 // jobState is a job the simulator follows.
 type jobState struct {
 	job   workload.Job
-	key   string // "<ns>/<name>"
-	tasks []*troupev1.Task
+	key   string           // "<ns>/<name>"
+	tasks []*troupev1.Task // changed only by set
+	// ftasks are the tasks as decisions take them (nil: to be made);
+	// unbound are the indexes of the pending tasks, ascending, and
+	// shapes their distinct requests (nil: to be worked out); on counts
+	// the tasks bound per machine.
+	ftasks  []*framework.Task
+	unbound []int32
+	shapes  []framework.Room
+	on      map[string]int
 	// runs counts each task's placements, so that the end of a run that
 	// was preempted is told apart from the end of the current one.
 	runs     []int
@@ -155,7 +167,7 @@ func New(cfg Config) (*Simulator, error) {
 		return nil, err
 	}
 	s := &Simulator{cfg: cfg, view: scheduler.NewMachineView(), jobs: map[string]*jobState{}, byName: map[string]*simMachine{},
-		stats: newStats(cfg.Schedulers), capacity: map[string]int64{}}
+		evictable: map[int32][]framework.Evictable{}, stats: newStats(cfg.Schedulers), capacity: map[string]int64{}}
 	for _, m := range cfg.Machines {
 		s.cpuTotal += m.CPU
 		s.capacity[clientlib.AllocKey(m.Name, "cpu")], s.capacity[clientlib.AllocKey(m.Name, "memory")] = m.CPU, m.Memory
@@ -182,7 +194,7 @@ func New(cfg Config) (*Simulator, error) {
 		if !ok || s.machines[i] != nil {
 			return nil, fmt.Errorf("sim: machine %s twice or not in the view", m.Name)
 		}
-		s.machines[i] = &simMachine{name: m.Name, tasks: map[taskRef]bool{}}
+		s.machines[i] = &simMachine{name: m.Name, index: i, tasks: map[taskRef]bool{}}
 		s.byName[m.Name] = s.machines[i]
 	}
 	return s, nil
@@ -317,7 +329,7 @@ func (s *Simulator) arrive(job workload.Job, jobs workload.Source) {
 
 // submit creates job's tasks and queues the job for its scheduler.
 func (s *Simulator) submit(job workload.Job) error {
-	js := &jobState{job: job, key: "sim/" + job.ID, first: -1}
+	js := &jobState{job: job, key: "sim/" + job.ID, first: -1, on: map[string]int{}}
 	sched := s.schedulerFor(job)
 	if sched == nil {
 		return fmt.Errorf("sim: no scheduler serves %s job %s", job.Type, job.ID)
@@ -326,6 +338,7 @@ func (s *Simulator) submit(job workload.Job) error {
 	tx := clientlib.NewTxn(s.store)
 	// A task's index in the store is its position in the job (traces may
 	// skip indices), so that it also indexes js.tasks.
+	tasks := make([]*troupev1.Task, 0, len(job.Tasks))
 	for pos, t := range job.Tasks {
 		index := int32(pos)
 		task := &troupev1.Task{
@@ -336,8 +349,7 @@ func (s *Simulator) submit(job workload.Job) error {
 			Status: &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_PENDING},
 		}
 		clientlib.PutObject(tx.Group(), clientlib.Tasks, task)
-		js.tasks = append(js.tasks, task)
-		js.runs = append(js.runs, 0)
+		tasks = append(tasks, task)
 	}
 	out, err := tx.Commit(context.Background())
 	if err != nil {
@@ -346,8 +358,10 @@ func (s *Simulator) submit(job workload.Job) error {
 	if err := out.Err(); err != nil {
 		return fmt.Errorf("sim: submit job %s: %w", job.ID, err)
 	}
+	js.tasks, js.ftasks, js.runs = make([]*troupev1.Task, len(tasks)), make([]*framework.Task, len(tasks)), make([]int, len(tasks))
 	for i, g := range out.Groups {
-		js.tasks[i].Metadata.Version = g.Revision
+		tasks[i].Metadata.Version = g.Revision
+		js.set(int32(i), tasks[i])
 	}
 	s.jobs[js.key] = js
 	s.order = append(s.order, js)
@@ -409,7 +423,7 @@ func (s *Simulator) decide(sc *simScheduler) {
 	}
 	js.attempts++
 	sc.busy = true
-	s.view.Refill(&s.snap, s.jobTasks(js), js.key)
+	s.view.Refill(&s.snap, js.on, js.key)
 	plan := framework.Schedule(sc.profile, &s.snap, pending)
 	took := sc.cfg.Decision.For(len(pending))
 	start := s.now
@@ -432,7 +446,7 @@ func (s *Simulator) finishDecision(sc *simScheduler, js *jobState, plan *framewo
 		s.placed(js, p, res)
 	}
 	switch {
-	case len(js.pending()) == 0:
+	case len(js.unbound) == 0:
 		js.done = true
 	case js.attempts >= s.cfg.MaxAttempts:
 		js.done = true
@@ -460,23 +474,24 @@ func (s *Simulator) placed(js *jobState, p framework.Placement, res *framework.R
 	version := res.TaskVersions[p.Task.Key] // one shard: the whole commit's revision
 	for _, v := range p.Victims {
 		victim, i := s.jobs[v.Job], v.Task.GetSpec().GetIndex()
-		t := victim.replace(i)
-		s.unbound(victim, i, s.byName[t.GetBinding().GetMachine()])
+		t := victim.clone(i)
+		s.bind(s.byName[t.GetBinding().GetMachine()], victim, i, -1)
 		t.Binding = nil
 		t.Status = &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_PENDING, Reason: "preempted by " + p.Task.Key}
 		t.Metadata.Version = version
+		victim.set(i, t)
 		victim.runs[i]++ // its end event is void now
 		victim.done = false
 		s.stats.preempted(victim.sched.index)
 		s.enqueue(victim)
 	}
 	i := p.Task.Task.GetSpec().GetIndex()
-	t := js.replace(i)
+	t := js.clone(i)
 	t.Binding = &troupev1.TaskBinding{Machine: p.Machine.Name}
 	t.Status = &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_BOUND}
 	t.Metadata.Version = version
-	s.byName[p.Machine.Name].bind(js, i, 1)
-	s.cpuUsed += js.job.Tasks[i].CPU
+	js.set(i, t)
+	s.bind(s.byName[p.Machine.Name], js, i, 1)
 	js.runs[i]++
 	if d := js.job.Tasks[i].Duration; d > 0 {
 		run := js.runs[i]
@@ -488,10 +503,29 @@ func (s *Simulator) placed(js *jobState, p framework.Placement, res *framework.R
 	}
 }
 
-// unbound forgets that task i of js runs on machine m.
-func (s *Simulator) unbound(js *jobState, i int32, m *simMachine) {
-	m.bind(js, i, -1)
-	s.cpuUsed -= js.job.Tasks[i].CPU
+// bind records that task i of js runs on machine m (delta 1), or no
+// longer (-1).
+func (s *Simulator) bind(m *simMachine, js *jobState, i int32, delta int) {
+	if delta > 0 {
+		m.tasks[taskRef{js, i}] = true
+	} else {
+		delete(m.tasks, taskRef{js, i})
+	}
+	m.running = nil
+	t := js.job.Tasks[i]
+	for below, ev := range s.evictable {
+		if js.job.Priority < below {
+			count(&ev[m.index], t, delta)
+		}
+	}
+	s.cpuUsed += int64(delta) * t.CPU
+}
+
+// count adds delta tasks like t to e.
+func count(e *framework.Evictable, t workload.Task, delta int) {
+	e.Tasks += delta
+	e.Requests.CPU += int64(delta) * t.CPU
+	e.Requests.Memory += int64(delta) * t.Memory
 }
 
 // end finishes task i of js: its binding goes, its requests are given
@@ -513,8 +547,8 @@ func (s *Simulator) end(js *jobState, i int32) {
 		return
 	}
 	done.Metadata.Version = out.Groups[0].Revision
-	js.tasks[i] = done
-	s.unbound(js, i, s.byName[m])
+	js.set(i, done)
+	s.bind(s.byName[m], js, i, -1)
 	s.wake(s.view.Machine(m))
 }
 
@@ -536,29 +570,23 @@ func (s *Simulator) wake(m *framework.Machine) {
 	s.waiting = kept
 }
 
-// jobTasks returns the tasks of js bound per machine.
-func (s *Simulator) jobTasks(js *jobState) map[string]int {
-	out := map[string]int{}
-	for _, t := range js.tasks {
-		if m := t.GetBinding().GetMachine(); m != "" {
-			out[m]++
+// preemptible answers preemption's question: what the tasks below a
+// priority come to on each machine (framework.Snapshot.Preemptible),
+// kept up to date from the first time it is asked.
+func (s *Simulator) preemptible(below int32) []framework.Evictable {
+	if ev, ok := s.evictable[below]; ok {
+		return ev
+	}
+	ev := make([]framework.Evictable, len(s.machines))
+	for i, m := range s.machines {
+		for r := range m.tasks {
+			if r.js.job.Priority < below {
+				count(&ev[i], r.js.job.Tasks[r.i], 1)
+			}
 		}
 	}
-	return out
-}
-
-// preemptible answers preemption's question of machine i
-// (framework.Snapshot.Preemptible).
-func (s *Simulator) preemptible(i int, below int32) (tasks int, requests framework.Room) {
-	for _, b := range s.machines[i].bands {
-		if b.priority >= below {
-			break
-		}
-		tasks += b.tasks
-		requests.CPU += b.requests.CPU
-		requests.Memory += b.requests.Memory
-	}
-	return tasks, requests
+	s.evictable[below] = ev
+	return ev
 }
 
 // running answers preemption's question: the tasks bound to machine,
@@ -573,27 +601,61 @@ func (s *Simulator) running(machine string) []*framework.Running {
 	})
 	m.running = make([]*framework.Running, 0, len(refs))
 	for _, r := range refs {
-		t := r.js.tasks[r.i]
-		tk, _ := clientlib.Tasks.Key(t)
-		ft := framework.NewTask(tk, t)
-		m.running = append(m.running, &framework.Running{Key: tk, Task: t, Job: ft.Job, Priority: ft.Priority, Requests: ft.Requests})
+		ft := r.js.ftask(r.i)
+		m.running = append(m.running, &framework.Running{Key: ft.Key, Task: ft.Task, Job: ft.Job, Priority: ft.Priority, Requests: ft.Requests})
 	}
 	return m.running
 }
 
-// replace puts a copy of task i in place of it and returns the copy to
-// change: decisions in flight hold the task as it was.
-func (js *jobState) replace(i int32) *troupev1.Task {
-	t := proto.Clone(js.tasks[i]).(*troupev1.Task)
-	js.tasks[i] = t
-	return t
+// clone returns a copy of task i to change and set: decisions in flight
+// hold the task as it was.
+func (js *jobState) clone(i int32) *troupev1.Task {
+	return proto.Clone(js.tasks[i]).(*troupev1.Task)
+}
+
+// set makes t task i of the job, keeping what follows from the tasks.
+func (js *jobState) set(i int32, t *troupev1.Task) {
+	if m := js.tasks[i].GetBinding().GetMachine(); m != "" {
+		if js.on[m]--; js.on[m] == 0 {
+			delete(js.on, m)
+		}
+	}
+	if m := t.GetBinding().GetMachine(); m != "" {
+		js.on[m]++
+	}
+	at, listed := slices.BinarySearch(js.unbound, i)
+	switch pending := clientlib.Pending(t); {
+	case pending && !listed:
+		js.unbound, js.shapes = slices.Insert(js.unbound, at, i), nil
+	case !pending && listed:
+		js.unbound, js.shapes = slices.Delete(js.unbound, at, at+1), nil
+	}
+	js.tasks[i], js.ftasks[i] = t, nil
+}
+
+// ftask returns task i as decisions take it.
+func (js *jobState) ftask(i int32) *framework.Task {
+	if js.ftasks[i] == nil {
+		key, _ := clientlib.Tasks.Key(js.tasks[i])
+		js.ftasks[i] = framework.NewTask(key, js.tasks[i])
+	}
+	return js.ftasks[i]
 }
 
 // fitsFree reports whether one of the job's pending tasks fits m's free
 // room.
 func (js *jobState) fitsFree(m *framework.Machine) bool {
-	for i, t := range js.tasks {
-		if clientlib.Pending(t) && js.job.Tasks[i].CPU <= m.Free("cpu") && js.job.Tasks[i].Memory <= m.Free("memory") {
+	if js.shapes == nil {
+		js.shapes = []framework.Room{}
+		for _, i := range js.unbound {
+			if t := js.job.Tasks[i]; !slices.Contains(js.shapes, framework.Room{CPU: t.CPU, Memory: t.Memory}) {
+				js.shapes = append(js.shapes, framework.Room{CPU: t.CPU, Memory: t.Memory})
+			}
+		}
+	}
+	free := framework.RoomOf(m)
+	for _, r := range js.shapes {
+		if r.CPU <= free.CPU && r.Memory <= free.Memory {
 			return true
 		}
 	}
@@ -602,53 +664,20 @@ func (js *jobState) fitsFree(m *framework.Machine) bool {
 
 // pending returns the job's unbound tasks, for scheduling.
 func (js *jobState) pending() []*framework.Task {
-	var out []*framework.Task
-	for _, t := range js.tasks {
-		if clientlib.Pending(t) {
-			key, _ := clientlib.Tasks.Key(t)
-			out = append(out, framework.NewTask(key, t))
-		}
+	out := make([]*framework.Task, len(js.unbound))
+	for n, i := range js.unbound {
+		out[n] = js.ftask(i)
 	}
 	return out
 }
 
 // simMachine is what the simulator knows of one machine: the tasks bound
-// to it, by priority, and preemption's view of them until they change.
+// to it, and preemption's view of them until they change.
 type simMachine struct {
 	name    string
+	index   int // in the view's snapshots
 	tasks   map[taskRef]bool
-	bands   []band               // by priority, ascending
 	running []*framework.Running // nil: to be worked out
-}
-
-// band counts the tasks of one priority bound to a machine, and their
-// requests.
-type band struct {
-	priority int32
-	tasks    int
-	requests framework.Room
-}
-
-// bind records task i of js as bound to m (delta 1) or no longer (-1).
-func (m *simMachine) bind(js *jobState, i int32, delta int) {
-	if delta > 0 {
-		m.tasks[taskRef{js, i}] = true
-	} else {
-		delete(m.tasks, taskRef{js, i})
-	}
-	m.running = nil
-	p, t := js.job.Priority, js.job.Tasks[i]
-	at, ok := slices.BinarySearchFunc(m.bands, p, func(b band, p int32) int { return cmp.Compare(b.priority, p) })
-	if !ok {
-		m.bands = slices.Insert(m.bands, at, band{priority: p})
-	}
-	b := &m.bands[at]
-	b.tasks += delta
-	b.requests.CPU += int64(delta) * t.CPU
-	b.requests.Memory += int64(delta) * t.Memory
-	if b.tasks == 0 {
-		m.bands = slices.Delete(m.bands, at, at+1)
-	}
 }
 
 // taskRef is task i of a job.
