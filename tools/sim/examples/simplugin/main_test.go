@@ -19,7 +19,7 @@ func TestWorstFitSweep(t *testing.T) {
 	var stderr bytes.Buffer
 	c := experiment.Command{Name: "simplugin", Stdout: &stderr, Stderr: &stderr}
 	err := c.Run(t.Context(), []string{"sweep", "parallel-batch", "-x", "1,2", "-seeds", "1", "-batch-profile", Kind,
-		"-config", "../../tools/sim/experiment/testdata/small.yaml", "-out", dir})
+		"-config", "../../experiment/testdata/small.yaml", "-out", dir})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, stderr.String())
 	}

@@ -5,7 +5,7 @@
 // and sweep of troupe sim works, and -batch-profile or -service-profile
 // worstfit puts the plugin to work:
 //
-//	go run ./examples/simplugin sweep tjob-sweep -batch-profile worstfit -out /tmp/worstfit
+//	go run ./tools/sim/examples/simplugin sweep tjob-sweep -batch-profile worstfit -out /tmp/worstfit
 //
 // A plugin of your own goes the same way: write it (a
 // framework.FilterPlugin or ScorePlugin), build a profile around it with
@@ -63,7 +63,7 @@ func init() { profiles.Register(Kind, profile) }
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	err := experiment.Command{Name: "go run ./examples/simplugin", Stdout: os.Stdout, Stderr: os.Stderr}.Run(ctx, os.Args[1:])
+	err := experiment.Command{Name: "go run ./tools/sim/examples/simplugin", Stdout: os.Stdout, Stderr: os.Stderr}.Run(ctx, os.Args[1:])
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		os.Exit(2)
