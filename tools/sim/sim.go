@@ -76,6 +76,8 @@ type Config struct {
 	// Horizon ends the run (0: when the workload and the tasks are done).
 	Horizon time.Duration
 	Seed    uint64
+	// Failures, if set, makes machines fail and return.
+	Failures *Failures
 }
 
 // Validate says what is wrong with c.
@@ -89,6 +91,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxAttempts <= 0 || c.Backoff <= 0 {
 		errs = append(errs, errors.New("sim: MaxAttempts and Backoff must be positive"))
+	}
+	if c.Failures != nil {
+		errs = append(errs, c.Failures.validate())
 	}
 	names := map[string]bool{}
 	for _, s := range c.Schedulers {
@@ -106,8 +111,11 @@ type Simulator struct {
 	now    time.Duration
 	seq    uint64
 	events eventQueue
-	store  *memstore.Store
-	view   *scheduler.MachineView
+	// backgrounded counts the events in events that do not keep a run
+	// going (machines failing and returning).
+	backgrounded int
+	store        *memstore.Store
+	view         *scheduler.MachineView
 	// snap is the snapshot of the decision being made, refilled for the
 	// next (decisions are made one at a time).
 	snap   framework.Snapshot
@@ -184,49 +192,55 @@ func New(cfg Config) (*Simulator, error) {
 		}
 		s.scheds = append(s.scheds, &simScheduler{cfg: sc, profile: prof, modes: modes, index: i})
 	}
-	if err := s.register(); err != nil {
+	objs, err := s.register()
+	if err != nil {
 		return nil, err
 	}
 	s.snap.Running, s.snap.Preemptible = s.running, s.preemptible
 	s.machines = make([]*simMachine, len(cfg.Machines))
-	for _, m := range cfg.Machines {
+	for n, m := range cfg.Machines {
 		i, ok := s.view.Index(m.Name)
 		if !ok || s.machines[i] != nil {
 			return nil, fmt.Errorf("sim: machine %s twice or not in the view", m.Name)
 		}
-		s.machines[i] = &simMachine{name: m.Name, index: i, tasks: map[taskRef]bool{}}
+		s.machines[i] = &simMachine{name: m.Name, index: i, obj: objs[n], tasks: map[taskRef]bool{}}
 		s.byName[m.Name] = s.machines[i]
+		if cfg.Failures != nil {
+			s.machines[i].failures = newFailureStream(cfg.Seed, n)
+			s.failLater(s.machines[i])
+		}
 	}
 	return s, nil
 }
 
-// register creates the cell's machines in the store.
-func (s *Simulator) register() error {
+// register creates the cell's machines in the store and returns them,
+// in the Config's order.
+func (s *Simulator) register() ([]*troupev1.Machine, error) {
 	const per = 500
+	var objs []*troupev1.Machine
 	for i := 0; i < len(s.cfg.Machines); i += per {
 		tx := clientlib.NewTxn(s.store)
-		for _, m := range s.cfg.Machines[i:min(i+per, len(s.cfg.Machines))] {
-			clientlib.PutObject(tx.Group(), clientlib.Machines, &troupev1.Machine{
+		batch := s.cfg.Machines[i:min(i+per, len(s.cfg.Machines))]
+		for _, m := range batch {
+			objs = append(objs, &troupev1.Machine{
 				Metadata: &troupev1.ObjectMeta{Name: m.Name, Labels: m.Labels},
 				Spec:     &troupev1.MachineSpec{Capacity: map[string]int64{"cpu": m.CPU, "memory": m.Memory}},
 				Status:   &troupev1.MachineStatus{Phase: troupev1.MachinePhase_MACHINE_PHASE_READY},
 			})
+			clientlib.PutObject(tx.Group(), clientlib.Machines, objs[len(objs)-1])
 		}
-		if err := commit(tx); err != nil {
-			return fmt.Errorf("sim: register machines: %w", err)
+		out, err := tx.Commit(context.Background())
+		if err == nil {
+			err = out.Err()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("sim: register machines: %w", err)
+		}
+		for n, g := range out.Groups {
+			objs[i+n].Metadata.Version = g.Revision
 		}
 	}
-	return nil
-}
-
-// commit commits tx and fails on any failed group: the simulator's own
-// writes (submissions, releases) never conflict.
-func commit(tx *clientlib.Txn) error {
-	out, err := tx.Commit(context.Background())
-	if err != nil {
-		return err
-	}
-	return out.Err()
+	return objs, nil
 }
 
 // observe keeps the machine view current from the store's change sets,
@@ -276,11 +290,14 @@ func (s *Simulator) Run(ctx context.Context, jobs workload.Source) (*Stats, erro
 	if err == nil {
 		s.at(next.Submit, func() { s.arrive(next, jobs) })
 	}
-	for n := 0; s.events.Len() > 0 && s.err == nil; n++ {
+	for n := 0; s.events.Len() > s.backgrounded && s.err == nil; n++ {
 		if n%4096 == 0 && ctx.Err() != nil {
 			return nil, fmt.Errorf("sim: stopped at %v of virtual time: %w", s.now, ctx.Err())
 		}
 		ev := heap.Pop(&s.events).(*event)
+		if ev.background {
+			s.backgrounded--
+		}
 		if s.cfg.Horizon > 0 && ev.at > s.cfg.Horizon {
 			break
 		}
@@ -305,9 +322,18 @@ func (s *Simulator) integrate(t time.Duration) {
 }
 
 // at schedules fn at virtual time t.
-func (s *Simulator) at(t time.Duration, fn func()) {
+func (s *Simulator) at(t time.Duration, fn func()) { s.push(t, fn, false) }
+
+// background schedules fn at virtual time t, as an event that does not
+// keep the run going: it ends when only such events are left.
+func (s *Simulator) background(t time.Duration, fn func()) {
+	s.push(t, fn, true)
+	s.backgrounded++
+}
+
+func (s *Simulator) push(t time.Duration, fn func(), background bool) {
 	s.seq++
-	heap.Push(&s.events, &event{at: max(t, s.now), seq: s.seq, fn: fn})
+	heap.Push(&s.events, &event{at: max(t, s.now), seq: s.seq, fn: fn, background: background})
 }
 
 // arrive submits job: its tasks are created pending, and its scheduler
@@ -491,8 +517,13 @@ func (s *Simulator) placed(js *jobState, p framework.Placement, res *framework.R
 	t.Status = &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_BOUND}
 	t.Metadata.Version = version
 	js.set(i, t)
-	s.bind(s.byName[p.Machine.Name], js, i, 1)
+	m := s.byName[p.Machine.Name]
+	s.bind(m, js, i, 1)
 	js.runs[i]++
+	if m.down {
+		s.release(m) // decided before the machine failed: lost at once
+		return
+	}
 	if d := js.job.Tasks[i].Duration; d > 0 {
 		run := js.runs[i]
 		s.at(s.now+d, func() {
@@ -671,13 +702,18 @@ func (js *jobState) pending() []*framework.Task {
 	return out
 }
 
-// simMachine is what the simulator knows of one machine: the tasks bound
-// to it, and preemption's view of them until they change.
+// simMachine is what the simulator knows of one machine: its object as
+// stored, the tasks bound to it, preemption's view of them until they
+// change, and whether it has failed (with Config.Failures, the random
+// stream of its failures).
 type simMachine struct {
-	name    string
-	index   int // in the view's snapshots
-	tasks   map[taskRef]bool
-	running []*framework.Running // nil: to be worked out
+	name     string
+	index    int // in the view's snapshots
+	obj      *troupev1.Machine
+	tasks    map[taskRef]bool
+	running  []*framework.Running // nil: to be worked out
+	down     bool
+	failures *rand.Rand
 }
 
 // taskRef is task i of a job.
@@ -699,9 +735,10 @@ type simScheduler struct {
 // event is something that happens at a virtual time; ties keep their
 // order of scheduling.
 type event struct {
-	at  time.Duration
-	seq uint64
-	fn  func()
+	at         time.Duration
+	seq        uint64
+	fn         func()
+	background bool // see Simulator.background
 }
 
 type eventQueue []*event

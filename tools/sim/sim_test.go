@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/troupe-cluster/troupe/clientlib"
 	"github.com/troupe-cluster/troupe/schedulers/framework"
 	"github.com/troupe-cluster/troupe/schedulers/profiles"
 	"github.com/troupe-cluster/troupe/tools/sim/workload"
@@ -56,14 +57,7 @@ func testConfig(batch int, conflict framework.ConflictMode) Config {
 
 func run(t *testing.T, cfg Config, jobs []workload.Job) *Stats {
 	t.Helper()
-	s, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := s.Run(t.Context(), workload.FromJobs(jobs))
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, _ := runSim(t, cfg, jobs)
 	return st
 }
 
@@ -122,5 +116,156 @@ func TestConflictKnownAnswers(t *testing.T) {
 	t.Logf("conflicts: fine %d, coarse %d", fine, coarse)
 	if coarse < fine || coarse == 0 {
 		t.Fatalf("coarse %d conflicts, fine %d", coarse, fine)
+	}
+}
+
+// runSim runs cfg on jobs and returns the simulator too, for audits.
+func runSim(t *testing.T, cfg Config, jobs []workload.Job) (*Stats, *Simulator) {
+	t.Helper()
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Run(t.Context(), workload.FromJobs(jobs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, s
+}
+
+// audit checks the store at the end of a run: every machine's counters
+// are the requests of the tasks bound to it, a failed machine has none,
+// and the simulator's own account of each machine's tasks agrees.
+func audit(t *testing.T, s *Simulator) {
+	t.Helper()
+	tasks, _, err := clientlib.List(t.Context(), s.store, clientlib.Tasks, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound := map[string]map[string]int64{}
+	count := map[string]int{}
+	for _, task := range tasks {
+		m := task.GetBinding().GetMachine()
+		if m == "" {
+			continue
+		}
+		if bound[m] == nil {
+			bound[m] = map[string]int64{}
+		}
+		for r, q := range task.GetSpec().GetTemplate().GetRequests() {
+			bound[m][r] += q
+		}
+		count[m]++
+	}
+	for _, m := range s.machines {
+		for _, r := range []string{"cpu", "memory"} {
+			var v int64
+			kv, err := s.store.Get(t.Context(), clientlib.AllocKey(m.name, r))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if kv != nil {
+				c, err := clientlib.DecodeCounter(kv.GetKey(), kv.GetValue(), kv.GetVersion())
+				if err != nil {
+					t.Fatal(err)
+				}
+				v = c.GetValue()
+			}
+			if v != bound[m.name][r] {
+				t.Errorf("%s: counter %s is %d, its tasks request %d", m.name, r, v, bound[m.name][r])
+			}
+		}
+		if m.down && count[m.name] > 0 {
+			t.Errorf("%s failed but %d tasks are bound to it", m.name, count[m.name])
+		}
+		if len(m.tasks) != count[m.name] {
+			t.Errorf("%s: the simulator counts %d tasks on it, the store %d", m.name, len(m.tasks), count[m.name])
+		}
+	}
+}
+
+// With machine failures, the same seed still gives the same run; tasks
+// are lost and placed again; the store's counters stay those of the
+// tasks bound, and no failed machine keeps any.
+func TestMachineFailures(t *testing.T) {
+	jobs := testWorkload(1, 400)
+	cfg := testConfig(3, framework.Fine)
+	cfg.Failures = &Failures{MTBF: 20 * time.Minute, Repair: workload.Dist{Dist: "exponential", Mean: 120}}
+	a, s := runSim(t, cfg, jobs)
+	b, _ := runSim(t, cfg, jobs)
+	if !reflect.DeepEqual(a, b) {
+		t.Fatalf("two runs of one seed differ:\n%+v\n%+v", a, b)
+	}
+	audit(t, s)
+	lost, tasks, placed := 0, 0, 0
+	for _, st := range a.Schedulers {
+		lost, tasks, placed = lost+st.Lost, tasks+st.Tasks, placed+st.Placements-st.Preempted-st.Lost
+	}
+	t.Logf("%d machine failures over %v, %d tasks lost; %d of %d tasks placed", a.Failures, a.Duration, lost, placed, tasks)
+	if a.Failures == 0 || lost == 0 || placed < tasks/2 {
+		t.Fatalf("%d failures, %d tasks lost, %d of %d placed", a.Failures, lost, placed, tasks)
+	}
+	if c := run(t, testConfig(3, framework.Fine), jobs); reflect.DeepEqual(a.Schedulers, c.Schedulers) {
+		t.Fatal("failures changed nothing")
+	}
+}
+
+// A task on a machine that fails runs again on another, as its next
+// attempt: one task on a cell of two machines, where (seed 3) m00 fails
+// at 25m36s with the task on it and m01 not before 1h32m.
+func TestLostTaskRunsElsewhere(t *testing.T) {
+	cfg := testConfig(1, framework.Fine)
+	cfg.Machines, cfg.Schedulers, cfg.Seed = cfg.Machines[:2], cfg.Schedulers[:1], 3
+	cfg.Horizon = time.Hour
+	cfg.Failures = &Failures{MTBF: time.Hour, Repair: workload.Dist{Dist: "fixed", Value: 3600}}
+	job := workload.Job{ID: "forever", Tasks: []workload.Task{{CPU: 1000, Memory: 1 << 30, Duration: cfg.Horizon}}}
+	st, s := runSim(t, cfg, []workload.Job{job})
+	audit(t, s)
+	task := s.jobs["sim/forever"].tasks[0]
+	if st.Failures != 1 || st.Schedulers[0].Lost != 1 || st.Schedulers[0].Placements != 2 ||
+		task.GetBinding().GetMachine() != "m01" || task.GetSpec().GetAttempt() != 1 || !s.byName["m00"].down {
+		t.Fatalf("%d failures, %+v; the task is on %q, attempt %d", st.Failures, st.Schedulers[0], task.GetBinding().GetMachine(),
+			task.GetSpec().GetAttempt())
+	}
+}
+
+// Known answer: machines that fail after a mean MTBF up and return after
+// a fixed repair R go through a cycle every MTBF+R on average, so 200
+// machines fail about 200·20h/(1h+20m) = 3,000 times in 20 hours; and
+// when they fail does not depend on the schedulers.
+func TestFailureRate(t *testing.T) {
+	cfg := testConfig(1, framework.Fine)
+	cfg.Machines = nil
+	for i := range 200 {
+		cfg.Machines = append(cfg.Machines, workload.Machine{Name: fmt.Sprintf("m%03d", i), CPU: 8000, Memory: 32 << 30})
+	}
+	cfg.Failures = &Failures{MTBF: time.Hour, Repair: workload.Dist{Dist: "fixed", Value: 1200}}
+	// One long task keeps the run going to its horizon (a lost task
+	// starts again from the beginning).
+	cfg.Horizon = 20 * time.Hour
+	jobs := []workload.Job{{ID: "long", Tasks: []workload.Task{{CPU: 1000, Memory: 1 << 30, Duration: cfg.Horizon}}}}
+	st := run(t, cfg, jobs)
+	if st.Duration < 19*time.Hour || st.Failures < 2850 || st.Failures > 3150 {
+		t.Fatalf("%d failures in %v, want about 3,000 in 20h", st.Failures, st.Duration)
+	}
+	cfg.Schedulers = testConfig(3, framework.Fine).Schedulers
+	if other := run(t, cfg, jobs); other.Failures != st.Failures {
+		t.Fatalf("%d failures with 3 batch schedulers, %d with 1", other.Failures, st.Failures)
+	}
+	t.Logf("%d failures in %v", st.Failures, st.Duration)
+}
+
+// Failures are checked.
+func TestFailuresValidate(t *testing.T) {
+	for _, f := range []*Failures{
+		{MTBF: 0, Repair: workload.Dist{Dist: "fixed", Value: 1}},
+		{MTBF: time.Hour, Repair: workload.Dist{Dist: "exponential"}},
+		{MTBF: time.Hour},
+	} {
+		cfg := testConfig(1, framework.Fine)
+		cfg.Failures = f
+		if err := cfg.Validate(); err == nil {
+			t.Errorf("%+v: no error", f)
+		}
 	}
 }

@@ -16,7 +16,9 @@ type Stats struct {
 	Duration time.Duration
 	// CPUUtilisation is the mean fraction of the cell's CPU allocated.
 	CPUUtilisation float64
-	Schedulers     []SchedulerStats
+	// Failures counts the machines that failed (Config.Failures).
+	Failures   int
+	Schedulers []SchedulerStats
 }
 
 // SchedulerStats are one scheduler's measures.
@@ -31,8 +33,8 @@ type SchedulerStats struct {
 	// (with tasks still pending at the end, abandoned or not).
 	Decisions, Placements, Conflicts, Unschedulable, Abandoned, Unscheduled int
 	// Preempted counts this scheduler's tasks evicted by higher-priority
-	// ones.
-	Preempted int
+	// ones, and Lost those lost to machine failures.
+	Preempted, Lost int
 	// ConflictFraction is conflicts per placement.
 	ConflictFraction float64
 	// Busyness is the fraction of the run spent deciding; BusyMedian,
@@ -88,6 +90,8 @@ func (st *Stats) committed(i, placed, conflicted, unschedulable int) {
 func (st *Stats) abandoned(i int) { st.Schedulers[i].Abandoned++ }
 
 func (st *Stats) preempted(i int) { st.Schedulers[i].Preempted++ }
+
+func (st *Stats) lost(i int) { st.Schedulers[i].Lost++ }
 
 // finish derives the summary figures at the end of a run at now.
 func (st *Stats) finish(now time.Duration, jobs []*jobState) {

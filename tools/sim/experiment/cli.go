@@ -79,6 +79,8 @@ func (c Command) flagSet(name string, usage func(*flag.FlagSet)) (*flag.FlagSet,
 	fs.DurationVar(&p.Backoff, "backoff", p.Backoff, "how long a job whose tasks fit nowhere waits before it is tried again")
 	fs.DurationVar(&p.Horizon, "horizon", 0, "end each run after this much of the workload's time (default: when its submissions end, if known)")
 	fs.BoolVar(&f.drain, "drain", false, "run until every task has ended, past the horizon")
+	fs.DurationVar(&p.MTBF, "mtbf", 0, "machines fail after this mean time up (0: never) ...")
+	fs.DurationVar(&p.Repair, "repair", time.Hour, "... and return after this mean repair time")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the schedulers' random choices (and of a synthetic workload: its config's seed + seed - 1)")
 	if c.CPUProfile != nil {
 		fs.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile to this file")

@@ -77,6 +77,9 @@ type Params struct {
 	// Horizon ends each run, in the workload's time (0: when every task
 	// has ended).
 	Horizon time.Duration
+	// MTBF, if positive, makes machines fail after a mean MTBF up and
+	// return after a mean Repair (both exponential; sim.Failures).
+	MTBF, Repair time.Duration
 }
 
 // DefaultParams are one batch and one service scheduler with the Omega
@@ -135,6 +138,9 @@ func (p Params) modes(kind string) (*framework.Modes, error) {
 func (p Params) Config(cell []workload.Machine, seed uint64) (sim.Config, error) {
 	cfg := sim.Config{Machines: cell, MaxAttempts: p.MaxAttempts, Backoff: p.Backoff, Seed: seed,
 		Horizon: time.Duration(float64(p.Horizon) / p.BatchRate)}
+	if p.MTBF > 0 {
+		cfg.Failures = &sim.Failures{MTBF: p.MTBF, Repair: workload.Dist{Dist: "exponential", Mean: p.Repair.Seconds()}}
+	}
 	for _, g := range []struct {
 		serves workload.Type
 		n      int

@@ -28,6 +28,13 @@ type Dist struct {
 	Weights []float64 `yaml:"weights"`
 }
 
+// Check reports what is wrong with d as a distribution of numbers below
+// limit, naming the field.
+func (d Dist) Check(limit float64) error { return d.validate(false, limit) }
+
+// Draw draws a number from d, which Check accepts.
+func (d Dist) Draw(rng *rand.Rand) float64 { return d.sample(rng, false) }
+
 // validate checks d for a field whose values must fit below limit (and
 // be whole numbers if whole).
 func (d Dist) validate(whole bool, limit float64) error {
