@@ -328,3 +328,27 @@ func TestBadArguments(t *testing.T) {
 		}
 	}
 }
+
+// A trace's run ends with the trace (a Google trace's last event, a CSV
+// trace's last submission), not when its last task would end.
+func TestTraceSpan(t *testing.T) {
+	const sample = "../../../../shared/traces/google-2011"
+	if _, err := os.Stat(sample); err != nil {
+		t.Skipf("no Google trace sample: %v", err)
+	}
+	w, err := WorkloadFlags{Google: sample, Machines: 100, Compress: 1, CellScale: 1}.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Span < 11*time.Hour || w.Span > 12*time.Hour {
+		t.Fatalf("span of the 11-hour sample: %v", w.Span)
+	}
+	csv := filepath.Join(t.TempDir(), "t.csv")
+	if err := os.WriteFile(csv, []byte("submit_time,job,task_index,cpu,memory,duration,priority,type\n"+
+		"0,a,0,0.25,1,60,1,batch\n90.5,b,0,0.25,1,600,1,service\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if w, err = (WorkloadFlags{CSV: csv, Machines: 10, Compress: 2, CellScale: 1}).Open(); err != nil || w.Span != 45250*time.Millisecond {
+		t.Fatalf("span of a CSV trace whose last job comes at 90.5 s, compressed by 2: %v %v", w, err)
+	}
+}

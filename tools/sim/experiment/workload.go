@@ -85,6 +85,7 @@ func (w WorkloadFlags) Open() (*Workload, error) {
 			return nil, err
 		}
 		out.Desc, out.Cell, jobs = "Google 2011 trace "+w.Google, workload.GoogleCell(gopts).Machines(), trace.Jobs
+		out.Span = trace.Stats.End // the trace's last event
 	case w.CSV != "":
 		r, err := workload.OpenCSV(w.CSV)
 		if err != nil {
@@ -96,6 +97,9 @@ func (w WorkloadFlags) Open() (*Workload, error) {
 			return nil, err
 		}
 		out.Desc, out.Cell = "CSV trace "+w.CSV, workload.GoogleCell(gopts).Machines()
+		for _, j := range jobs { // a CSV trace ends with its last submission
+			out.Span = max(out.Span, j.Submit)
+		}
 	default:
 		path := w.Config
 		if path == "" {
