@@ -561,7 +561,7 @@ func resolve(st Storage, p *storev1.Proposal, now int64) (*Result, error) {
 
 // Overdue returns up to limit transactions prepared on this shard whose
 // deadline has passed at the shard's clock now, oldest first, with their
-// records: a leader resolves them from their coordinator's decision.
+// records: a leader settles them (fences every participant, then resolves).
 func Overdue(st Storage, now int64, limit int) (ids []string, recs []*storev1.Prepared, err error) {
 	var keys [][]byte
 	err = st.Scan(deadlineKey(0, ""), deadlineKey(now+1, ""), func(k, _ []byte) bool {
