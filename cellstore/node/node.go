@@ -102,7 +102,7 @@ func (n *Node) startRaft() error {
 		NodeHostDir:    filepath.Join(cfg.DataDir, "raft"),
 		RTTMillisecond: uint64(cfg.RTT / time.Millisecond),
 		RaftAddress:    cfg.RaftAddr,
-		Expert:         dbconfig.ExpertConfig{LogDB: logDBConfigs[cfg.LogDBMemory]()},
+		Expert:         expertConfig(cfg.LogDBMemory),
 	}
 	nh, err := dragonboat.NewNodeHost(nhc)
 	if err != nil {

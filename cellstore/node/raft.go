@@ -24,6 +24,23 @@ var logDBConfigs = map[string]func() dbconfig.LogDBConfig{
 	"large":  dbconfig.GetLargeMemLogDBConfig,
 }
 
+// expertConfig is Dragonboat's expert configuration of a node: one step
+// worker and one log store for all the node's shards. The worker saves
+// the Raft state of every shard with work in one write and one fsync, so
+// the PREPAREs (or RESOLVEs) a cross-shard commit proposes on several
+// shards at once share the node's log writes instead of queueing behind
+// each other's (Dragonboat's default, 16 workers and 16 log stores, gives
+// each shard its own; measured in DESIGN, Measurements). Both are fixed
+// when a node's data directory is created: Dragonboat refuses to open one
+// made with other counts.
+func expertConfig(logDBMemory string) dbconfig.ExpertConfig {
+	engine := dbconfig.GetDefaultEngineConfig()
+	engine.ExecShards = 1
+	logDB := logDBConfigs[logDBMemory]()
+	logDB.Shards = 1
+	return dbconfig.ExpertConfig{Engine: engine, LogDB: logDB}
+}
+
 var quietDragonboat sync.Once
 
 // quietenDragonboat sets Dragonboat's package loggers to error level. They
