@@ -2,7 +2,7 @@
 GO       ?= go
 BIN      := bin/troupe
 DURATION ?= 10s
-WORKLOADS ?= seq,cas,place,place4
+WORKLOADS ?= seq,cas,place,place4,split4
 FUZZTIME ?= 30s
 FAULT_ROUNDS ?= 20
 FAULT_SEED ?= $(shell date +%s)

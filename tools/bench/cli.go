@@ -41,14 +41,14 @@ func (o *Options) Register(fs *flag.FlagSet) error {
 		defDuration = d
 	}
 	fs.DurationVar(&o.Duration, "duration", defDuration, "length of each timed run (default from $DURATION, else 10s)")
-	fs.StringVar(&o.Workloads, "workloads", DefaultWorkloads, "comma-separated workloads to run: seq, cas, place, place4")
+	fs.StringVar(&o.Workloads, "workloads", DefaultWorkloads, "comma-separated workloads to run: seq, cas, place, place4, split4")
 	fs.IntVar(&o.Replicas, "replicas", 3, "replicas (members) of each system's cell")
-	fs.IntVar(&o.Shards, "shards", 1, "Troupe shards of the cell for every workload but place4, which gets a 4-shard cell (with more than 1, place's groups are mostly cross-shard)")
+	fs.IntVar(&o.Shards, "shards", 1, "Troupe shards of the cell for every workload but place4 and split4, which get a 4-shard cell (with more than 1, place's groups are mostly cross-shard)")
 	fs.StringVar(&o.Dir, "dir", "", "parent of the temporary data directories (default: the system's temporary directory)")
-	fs.IntVar(&o.Params.Clients, "clients", o.Params.Clients, "concurrent clients of cas, place and place4")
+	fs.IntVar(&o.Params.Clients, "clients", o.Params.Clients, "concurrent clients of cas, place, place4 and split4")
 	fs.IntVar(&o.Params.Keys, "keys", o.Params.Keys, "keys of cas")
 	fs.IntVar(&o.Params.ValueSize, "value-size", o.Params.ValueSize, "value size in bytes")
-	fs.IntVar(&o.Params.Machines, "machines", o.Params.Machines, "machines of place and place4")
+	fs.IntVar(&o.Params.Machines, "machines", o.Params.Machines, "machines of place, place4 and split4")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	return nil
 }

@@ -166,3 +166,57 @@ func TestReporterComparesWithBaseline(t *testing.T) {
 		}
 	}
 }
+
+// putRecorder is a Session that records the keys of PutEach calls; it
+// serves nothing else.
+type putRecorder struct {
+	Session
+	calls [][]string
+}
+
+func (s *putRecorder) PutEach(_ context.Context, keys []string, _ []byte) error {
+	s.calls = append(s.calls, slices.Clone(keys))
+	return nil
+}
+
+// TestSplit4PutsPlace4KeysAtOnce checks that each split4 op writes, in one
+// PutEach, three keys on three different shards of a 4-shard cell (client
+// id's task on shard id mod 4), keys of its own (not place4's), and that
+// split4 runs on 4 shards compared with place.
+func TestSplit4PutsPlace4KeysAtOnce(t *testing.T) {
+	p := testParams()
+	p.Clients = 8
+	w, err := NewWorkload(WorkloadSplit4, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, ok := w.(CrossShardWorkload)
+	if !ok || x.Shards() != 4 || x.Baseline() != WorkloadPlace {
+		t.Fatalf("split4 is %T, want a CrossShardWorkload on 4 shards compared with place", w)
+	}
+	router := keyspace.NewRouter(4)
+	for id := range p.Clients {
+		rec := &putRecorder{}
+		op := w.Op(id, rec)
+		for range 20 {
+			if committed, err := op(context.Background()); err != nil || !committed {
+				t.Fatalf("client %d: op = %v, %v", id, committed, err)
+			}
+		}
+		if len(rec.calls) != 20 {
+			t.Fatalf("client %d: %d PutEach calls for 20 ops", id, len(rec.calls))
+		}
+		for _, keys := range rec.calls {
+			shards := map[uint32]bool{}
+			for _, k := range keys {
+				shards[router.Shard(k)] = true
+				if strings.Contains(k, WorkloadPlace4) {
+					t.Errorf("client %d: key %s is place4's", id, k)
+				}
+			}
+			if len(keys) != 3 || len(shards) != 3 || router.Shard(keys[0]) != uint32(id%4) {
+				t.Errorf("client %d: keys %q on shards %v, want 3 keys on 3 shards, the first on %d", id, keys, shards, id%4)
+			}
+		}
+	}
+}

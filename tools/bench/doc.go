@@ -11,10 +11,10 @@
 //	    └─ Prepare (preload, untimed)    └─ latency per op ──► Result ──► Reporter (JSON lines)
 //
 // RunSystem starts a system once per shard count its workloads need
-// (ShardsFor: a CrossShardWorkload's own, 4 for place4; Options.Shards,
+// (ShardsFor: a CrossShardWorkload's own, 4 for place4 and split4; Options.Shards,
 // 1 by default, for the others) and stops it before the next start.
 // Systems without shards (etcd) ignore the count and are started as
-// often, so place4 gets a fresh system on either side.
+// often, so place4 and split4 get a fresh system on either side.
 //
 // Usage protocol, per system and workload:
 //
@@ -27,7 +27,7 @@
 //     {"workload":..,"system":..,"ops_per_sec":..,"p50_ms":..,"p99_ms":..}
 //     and, once both compared systems have a result for the workload,
 //     {"workload":..,"ratio_ops":..,"ratio_p99":..}; and once Troupe has
-//     results for place4 and place,
+//     results for place4 (or split4) and place,
 //     {"workload":"place4","vs":"place","system":"troupe","ratio_p50":..,"ratio_p99":..},
 //     the cross-shard latencies over the single-shard ones (place on the
 //     default one-shard cell).
@@ -63,4 +63,9 @@
 //     transaction. The binding then names another machine than the
 //     counter. Machines are chosen per shard, Params.Machines/4 (rounded
 //     up) on each.
+//   - split4: the three keys of each place4 placement written as three
+//     independent single-shard puts sent at once (Session.PutEach), timed
+//     together: one round of parallel proposals on three shards, the least
+//     any cross-shard commit must do. Its ratio to place is the floor of
+//     place4's on the machine at hand.
 package bench

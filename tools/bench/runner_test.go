@@ -72,6 +72,13 @@ func (s *memSession) Put(_ context.Context, key string, value []byte) (uint64, e
 	return m.rev, nil
 }
 
+func (s *memSession) PutEach(ctx context.Context, keys []string, value []byte) error {
+	return AtOnce(keys, func(_ int, key string) error {
+		_, err := s.Put(ctx, key, value)
+		return err
+	})
+}
+
 func (s *memSession) CompareAndPut(_ context.Context, key string, version uint64, value []byte) (Outcome, error) {
 	m := s.m
 	m.mu.Lock()
@@ -161,8 +168,9 @@ func TestRunAndReport(t *testing.T) {
 			}
 		}
 		// seq: maxOps puts; cas: Keys preload puts, then 4·maxOps
-		// compare-and-puts; place and place4: 4·maxOps placements each.
-		if got, want := sys.count("Put"), maxOps+p.Keys; got != want {
+		// compare-and-puts; place and place4: 4·maxOps placements each;
+		// split4: 4·maxOps ops of 3 puts.
+		if got, want := sys.count("Put"), maxOps+p.Keys+3*p.Clients*maxOps; got != want {
 			t.Errorf("%s: %d Put calls, want %d", sys.name, got, want)
 		}
 		if got, want := sys.count("CompareAndPut"), p.Clients*maxOps; got != want {
@@ -174,11 +182,12 @@ func TestRunAndReport(t *testing.T) {
 	}
 
 	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
-	// troupe's four lines and place4's comparison with place, then per
-	// workload etcd's line and the ratio.
+	// troupe's five lines and place4's and split4's comparisons with
+	// place, then per workload etcd's line and the ratio.
 	wantShape := []string{
-		"seq troupe", "cas troupe", "place troupe", "place4 troupe", "place4 vs",
+		"seq troupe", "cas troupe", "place troupe", "place4 troupe", "place4 vs", "split4 troupe", "split4 vs",
 		"seq etcd", "seq ratio", "cas etcd", "cas ratio", "place etcd", "place ratio", "place4 etcd", "place4 ratio",
+		"split4 etcd", "split4 ratio",
 	}
 	if len(lines) != len(wantShape) {
 		t.Fatalf("got %d lines, want %d:\n%s", len(lines), len(wantShape), out.String())
@@ -207,7 +216,7 @@ func TestRunAndReport(t *testing.T) {
 		case "ratio":
 		case "vs":
 			if values["vs"] != WorkloadPlace || values["system"] != "troupe" {
-				t.Errorf("line %d %s: want place4 against troupe's place", i, line)
+				t.Errorf("line %d %s: want a comparison with troupe's place", i, line)
 			}
 		default:
 			if values["system"] != kind {
@@ -220,13 +229,14 @@ func TestRunAndReport(t *testing.T) {
 	// lines exact: 100 ops in 201 ticks.
 	exact := map[int]string{
 		0: `{"workload":"seq","system":"troupe","ops_per_sec":497.5,"p50_ms":1,"p99_ms":1}`,
-		5: `{"workload":"seq","system":"etcd","ops_per_sec":248.8,"p50_ms":2,"p99_ms":2}`,
-		6: `{"workload":"seq","ratio_ops":2,"ratio_p99":0.5}`,
+		7: `{"workload":"seq","system":"etcd","ops_per_sec":248.8,"p50_ms":2,"p99_ms":2}`,
+		8: `{"workload":"seq","ratio_ops":2,"ratio_p99":0.5}`,
 		// Throughput ratios are exact for every workload: same op
 		// count, elapsed time in proportion to the tick.
-		8:  `"ratio_ops":2,`,
 		10: `"ratio_ops":2,`,
 		12: `"ratio_ops":2,`,
+		14: `"ratio_ops":2,`,
+		16: `"ratio_ops":2,`,
 	}
 	for i, want := range exact {
 		if !strings.Contains(lines[i], want) {

@@ -1,6 +1,10 @@
 package bench
 
-import "context"
+import (
+	"context"
+	"errors"
+	"sync"
+)
 
 // System is a store under test, already running and reachable. It hands out
 // sessions; NewSession may be called from several goroutines at once.
@@ -19,6 +23,10 @@ type Session interface {
 	// Put writes value at key unconditionally and returns the version the
 	// write gave the key.
 	Put(ctx context.Context, key string, value []byte) (version uint64, err error)
+	// PutEach writes value at each of keys unconditionally, each key in a
+	// commit of its own, the commits sent at once (the one use of a
+	// session by several goroutines), and returns when all are done.
+	PutEach(ctx context.Context, keys []string, value []byte) error
 	// CompareAndPut writes value at key if the key's version is version
 	// (0: the key must not exist). On commit Outcome.Version is the
 	// version the write gave the key; on conflict it is the key's current
@@ -51,4 +59,17 @@ type Placement struct {
 	BindingValue []byte
 	Counter      string
 	Delta        int64
+}
+
+// AtOnce calls f for each of keys, each call in a goroutine of its own,
+// and returns their errors joined once all have returned: the fan-out of
+// a Session's PutEach.
+func AtOnce(keys []string, f func(i int, key string) error) error {
+	errs := make([]error, len(keys))
+	var wg sync.WaitGroup
+	for i, key := range keys {
+		wg.Go(func() { errs[i] = f(i, key) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }

@@ -243,13 +243,20 @@ func put(key string, value []byte) *storev1.Op {
 	return &storev1.Op{Op: &storev1.Op_Put{Put: &storev1.Put{Key: key, Value: value}}}
 }
 
-// commit sends g alone and returns its result.
+// commit sends g alone, under the session's next txn_id, and returns its
+// result.
 func (s *troupeSession) commit(ctx context.Context, g *storev1.Group) (*storev1.GroupResult, error) {
+	return s.commitAs(ctx, s.nextTxnID(), g)
+}
+
+func (s *troupeSession) nextTxnID() string {
 	s.n++
-	req := &storev1.CommitRequest{
-		TxnId:  s.txnPrefix + strconv.FormatUint(s.n, 10),
-		Groups: []*storev1.Group{g},
-	}
+	return s.txnPrefix + strconv.FormatUint(s.n, 10)
+}
+
+// commitAs sends g alone under txnID and returns its result.
+func (s *troupeSession) commitAs(ctx context.Context, txnID string, g *storev1.Group) (*storev1.GroupResult, error) {
+	req := &storev1.CommitRequest{TxnId: txnID, Groups: []*storev1.Group{g}}
 	var (
 		resp *storev1.CommitResponse
 		err  error
@@ -276,7 +283,11 @@ func (s *troupeSession) commit(ctx context.Context, g *storev1.Group) (*storev1.
 
 // Put implements Session.
 func (s *troupeSession) Put(ctx context.Context, key string, value []byte) (uint64, error) {
-	r, err := s.commit(ctx, &storev1.Group{Ops: []*storev1.Op{put(key, value)}})
+	return s.putAs(ctx, s.nextTxnID(), key, value)
+}
+
+func (s *troupeSession) putAs(ctx context.Context, txnID, key string, value []byte) (uint64, error) {
+	r, err := s.commitAs(ctx, txnID, &storev1.Group{Ops: []*storev1.Op{put(key, value)}})
 	if err != nil {
 		return 0, err
 	}
@@ -284,6 +295,18 @@ func (s *troupeSession) Put(ctx context.Context, key string, value []byte) (uint
 		return 0, fmt.Errorf("unconditional put of %s failed: %v", key, r.GetFailure())
 	}
 	return r.GetRevision(), nil
+}
+
+// PutEach implements Session.
+func (s *troupeSession) PutEach(ctx context.Context, keys []string, value []byte) error {
+	ids := make([]string, len(keys))
+	for i := range ids {
+		ids[i] = s.nextTxnID()
+	}
+	return AtOnce(keys, func(i int, key string) error {
+		_, err := s.putAs(ctx, ids[i], key, value)
+		return err
+	})
 }
 
 // CompareAndPut implements Session.

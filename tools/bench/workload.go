@@ -18,10 +18,11 @@ const (
 	WorkloadCAS    = "cas"
 	WorkloadPlace  = "place"
 	WorkloadPlace4 = "place4"
+	WorkloadSplit4 = "split4"
 )
 
 // DefaultWorkloads is the list run when none is given.
-const DefaultWorkloads = WorkloadSeq + "," + WorkloadCAS + "," + WorkloadPlace + "," + WorkloadPlace4
+const DefaultWorkloads = WorkloadSeq + "," + WorkloadCAS + "," + WorkloadPlace + "," + WorkloadPlace4 + "," + WorkloadSplit4
 
 // place4Shards is the shard count of the Troupe cell place4 runs on.
 const place4Shards = 4
@@ -118,6 +119,8 @@ func NewWorkload(name string, p Params) (Workload, error) {
 		return &placeWorkload{name: name, p: p, value: value, spread: sameMachine(p.Machines)}, nil
 	case WorkloadPlace4:
 		return &place4Workload{placeWorkload{name: name, p: p, value: value, spread: threeShards(name, p)}}, nil
+	case WorkloadSplit4:
+		return &split4Workload{place4Workload{placeWorkload{name: name, p: p, value: value, spread: threeShards(name, p)}}}, nil
 	}
 	return nil, fmt.Errorf("bench: unknown workload %q (known: %s)", name, DefaultWorkloads)
 }
@@ -273,22 +276,30 @@ func (w *placeWorkload) Clients() int                             { return w.p.C
 func (w *placeWorkload) Prepare(context.Context, []Session) error { return nil }
 
 func (w *placeWorkload) Op(id int, s Session) Op {
+	next := w.placements(id)
+	return func(ctx context.Context) (bool, error) {
+		out, err := s.Place(ctx, next())
+		return out.Committed, err
+	}
+}
+
+// placements returns the generator of client id's placements.
+func (w *placeWorkload) placements(id int) func() Placement {
 	r := clientRand(w.p.Seed, id)
 	job := w.spread.job(id)
 	i := 0
-	return func(ctx context.Context) (bool, error) {
+	return func() Placement {
 		b, c := w.spread.machines(r, id)
 		p := Placement{
 			Task:         fmt.Sprintf("/tasks/%s/%s/%d", w.name, job, i),
 			TaskValue:    w.value,
 			Binding:      fmt.Sprintf("/bindings/%s/%s-%s-%d", b, w.name, job, i),
 			BindingValue: w.value,
-			Counter:      "/alloc/" + c + "/cpu",
+			Counter:      "/alloc/" + c + "/" + w.name,
 			Delta:        1,
 		}
 		i++
-		out, err := s.Place(ctx, p)
-		return out.Committed, err
+		return p
 	}
 }
 
@@ -317,6 +328,24 @@ var _ CrossShardWorkload = (*place4Workload)(nil)
 
 func (w *place4Workload) Shards() int      { return place4Shards }
 func (w *place4Workload) Baseline() string { return WorkloadPlace }
+
+// split4Workload writes the keys of place4's placements (task, binding,
+// counter: three shards) as three independent single-shard puts sent at
+// once (Session.PutEach), and times the three together. No cross-shard
+// commit can take less: each participant must durably record its part,
+// so a cross-shard commit costs at least one round of parallel Raft
+// proposals, which is exactly this. On a cell whose replicas share a few
+// cores the proposals of a round compete for them, and split4 over place
+// shows the floor that leaves for place4 over place.
+type split4Workload struct{ place4Workload }
+
+func (w *split4Workload) Op(id int, s Session) Op {
+	next := w.placements(id)
+	return func(ctx context.Context) (bool, error) {
+		p := next()
+		return true, s.PutEach(ctx, []string{p.Task, p.Binding, p.Counter}, p.TaskValue)
+	}
+}
 
 // threeShards spreads place4's placements: client id's job is on shard
 // id mod 4 (so clients spread evenly over the shards), and each

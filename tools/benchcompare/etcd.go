@@ -74,6 +74,14 @@ func (s *etcdSession) Put(ctx context.Context, key string, value []byte) (uint64
 	return uint64(resp.Header.Revision), nil
 }
 
+// PutEach is one Put per key, sent at once.
+func (s *etcdSession) PutEach(ctx context.Context, keys []string, value []byte) error {
+	return bench.AtOnce(keys, func(_ int, key string) error {
+		_, err := s.Put(ctx, key, value)
+		return err
+	})
+}
+
 // CompareAndPut is Txn If(ModRevision(key) == version) Then Put Else Get:
 // like a Troupe conflict, a failed compare hands back the key's current
 // version in the same round trip. (etcd compares an absent key's
