@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/lni/dragonboat/v4"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -46,9 +49,12 @@ func TestGrowAndShrinkWhileServing(t *testing.T) {
 	members := []uint64{1}
 	for range 2 {
 		before := w.acked()
+		start := time.Now()
 		i, got := c.join(ctx)
 		members = append(members, uint64(i+1))
 		sameMembers(t, got, shards, members...)
+		t.Logf("node %d joined in %v; %d commits meanwhile, at most %v apart", i+1, time.Since(start).Round(time.Millisecond),
+			w.acked()-before, w.longestGap(before).Round(time.Millisecond))
 		w.waitFor(ctx, t, before+20)
 	}
 	waitFor(ctx, t, "the new members to receive snapshots", func() (bool, string) {
@@ -146,7 +152,7 @@ func TestGrowAndShrinkWhileServing(t *testing.T) {
 }
 
 // sameMembers checks that members are exactly ids, each holding every
-// shard.
+// shard and voting in every shard.
 func sameMembers(t *testing.T, members []*storev1.Member, shards uint32, ids ...uint64) {
 	t.Helper()
 	var got []uint64
@@ -155,9 +161,160 @@ func sameMembers(t *testing.T, members []*storev1.Member, shards uint32, ids ...
 		if len(m.GetShards()) != int(shards) {
 			t.Errorf("member %d holds shards %v, want all %d", m.GetNodeId(), m.GetShards(), shards)
 		}
+		if len(m.GetNonVoting()) != 0 {
+			t.Errorf("member %d does not vote in shards %v", m.GetNodeId(), m.GetNonVoting())
+		}
 	}
 	if !slices.Equal(got, ids) {
 		t.Fatalf("members %v, want %v", got, ids)
+	}
+}
+
+// A new member votes only once it has caught up. Nodes 2 and 3 are added
+// to a one-node cell while their processes are down: each add fails with
+// an error naming the shard and saying the node is left non-voting,
+// ListMembers shows it so, and the writer's commits go on (a second voter
+// that is down would stop them). Node 3 is removed while non-voting. Once
+// node 2 runs, having missed every commit since (its shards catch up by
+// snapshot), the repeated add returns with it a voter of every shard, and
+// when the leader applied each promotion node 2 had already applied what
+// the leader had when node 2 started. A restart starts its replicas as
+// non-voting again, and they turn into voters as they load the membership.
+func TestNewMemberVotesOnceCaughtUp(t *testing.T) {
+	const shards = 2
+	c := startCell(t, 1, shards, func(nc *node.Config) {
+		nc.SnapshotEntries = 20
+		nc.CompactionOverhead = 5
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 3*testTimeout)
+	defer cancel()
+	admin := c.admin(0)
+	w := startWriter(ctx, c)
+	w.waitFor(ctx, t, 20)
+
+	// Nodes 2 and 3 start as joining nodes, empty, and stop at once.
+	addrs := map[int]string{}
+	for range 2 {
+		i, err := c.StartNewNode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs[i] = c.Node(i).RaftAddr()
+		c.StopNode(i)
+	}
+	for _, i := range []int{1, 2} {
+		id := uint64(i + 1)
+		before := w.acked()
+		actx, acancel := context.WithTimeout(ctx, time.Second)
+		_, err := admin.AddMember(actx, &storev1.AddMemberRequest{NodeId: id, RaftAddress: addrs[i], ShardCount: shards})
+		acancel()
+		if status.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "shard 0: node "+fmt.Sprint(id)+" has not caught up") ||
+			!strings.Contains(err.Error(), "non-voting member of shards [0 1]") {
+			t.Fatalf("add node %d while it is down: %v, want DEADLINE_EXCEEDED saying it is left non-voting", id, err)
+		}
+		t.Logf("add node %d while it is down: %v", id, status.Convert(err).Message())
+		w.waitFor(ctx, t, before+50)
+		t.Logf("%d commits during and after the failed add of node %d", w.acked()-before, id)
+		list, err := admin.ListMembers(ctx, &storev1.ListMembersRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := list.GetMembers()[slices.IndexFunc(list.GetMembers(), func(m *storev1.Member) bool { return m.GetNodeId() == id })]
+		if want := []uint32{0, 1}; !slices.Equal(m.GetShards(), want) || !slices.Equal(m.GetNonVoting(), want) || len(m.GetLeads()) != 0 {
+			t.Fatalf("node %d after the failed add: %v, want a non-voting member of shards 0 and 1", id, m)
+		}
+	}
+	resp, err := admin.RemoveMember(ctx, &storev1.RemoveMemberRequest{NodeId: 3})
+	if err != nil {
+		t.Fatalf("remove non-voting node 3: %v", err)
+	}
+	if got := resp.GetMembers(); len(got) != 2 || got[1].GetNodeId() != 2 || len(got[1].GetNonVoting()) != shards {
+		t.Fatalf("members after removing node 3: %v", got)
+	}
+
+	// Node 2 starts, far behind: the leader's logs were compacted since.
+	var leaderApplied [shards]uint64
+	for sh := range uint32(shards) {
+		leaderApplied[sh] = c.Node(0).StateMachine(sh).AppliedIndex()
+		if lr, err := c.Node(0).NodeHost().GetLogReader(uint64(sh) + 1); err != nil {
+			t.Fatal(err)
+		} else if first, _ := lr.GetRange(); first <= 1 {
+			t.Fatalf("shard %d: the log still starts at %d; the test needs it compacted", sh, first)
+		}
+	}
+	if err := c.StartNode(1); err != nil {
+		t.Fatal(err)
+	}
+	newcomer, leader := c.Node(1), c.Node(0).NodeHost()
+	added := make(chan error, 1)
+	go func() {
+		_, err := admin.AddMember(ctx, &storev1.AddMemberRequest{NodeId: 2, RaftAddress: addrs[1], ShardCount: shards})
+		added <- err
+	}()
+	// Watch the leader's replicas apply the promotions.
+	var promotedAt [shards]uint64
+	waitFor(ctx, t, "node 2's promotions", func() (bool, string) {
+		info := leader.GetNodeHostInfo(dragonboat.NodeHostInfoOption{SkipLogInfo: true})
+		done := 0
+		for _, si := range info.ShardInfoList {
+			sh := si.ShardID - 1
+			if _, voter := si.Replicas[2]; voter && promotedAt[sh] == 0 {
+				var applied uint64
+				if m := newcomer.StateMachine(uint32(sh)); m != nil {
+					applied = m.AppliedIndex()
+				}
+				promotedAt[sh] = max(1, applied)
+			}
+			if promotedAt[sh] != 0 {
+				done++
+			}
+		}
+		return done == shards, fmt.Sprintf("node 2 applied %v when promoted", promotedAt)
+	})
+	for sh := range shards {
+		if promotedAt[sh] < leaderApplied[sh] {
+			t.Errorf("shard %d: node 2 was promoted having applied index %d, short of the %d the leader had applied when it started",
+				sh, promotedAt[sh], leaderApplied[sh])
+		}
+		if m := newcomer.StateMachine(uint32(sh)); m.SnapshotsRecovered() == 0 {
+			t.Errorf("shard %d: node 2 caught up without a snapshot", sh)
+		}
+	}
+	t.Logf("node 2 started when the leader had applied %v, was promoted having applied %v", leaderApplied, promotedAt)
+	if err := <-added; err != nil {
+		t.Fatalf("repeated add of node 2: %v", err)
+	}
+	list, err := admin.ListMembers(ctx, &storev1.ListMembersRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameMembers(t, list.GetMembers(), shards, 1, 2)
+	if nv := newcomer.NonVoting(); len(nv) != 0 {
+		t.Fatalf("node 2 sees itself non-voting in shards %v", nv)
+	}
+
+	// Restarted, node 2 votes again, and can lead.
+	c.StopNode(1)
+	if err := c.StartNode(1); err != nil {
+		t.Fatal(err)
+	}
+	for sh := range uint32(shards) {
+		waitFor(ctx, t, fmt.Sprintf("restarted node 2 to lead shard %d", sh), func() (bool, string) {
+			if l, ok := c.leader(sh); ok && l == 1 {
+				return true, ""
+			}
+			c.Node(0).NodeHost().RequestLeaderTransfer(uint64(sh)+1, 2)
+			return false, fmt.Sprintf("node 2 non-voting in %v", c.Node(1).NonVoting())
+		})
+	}
+	before := w.acked()
+	w.waitFor(ctx, t, before+20)
+	acks := w.stop(t)
+	for _, a := range acks {
+		g := c.get(ctx, 0, a.key, false)
+		if string(g.GetKv().GetValue()) != a.value || g.GetKv().GetVersion() != a.revision {
+			t.Fatalf("acknowledged %s=%q@%d, read %v", a.key, a.value, a.revision, g.GetKv())
+		}
 	}
 }
 
@@ -184,6 +341,7 @@ type writer struct {
 	gate sync.Mutex
 	mu   sync.Mutex
 	acks []ack
+	at   []time.Time // when each ack came
 	err  error
 	done chan struct{}
 	quit chan struct{}
@@ -218,6 +376,7 @@ func startWriter(ctx context.Context, c *testCell) *writer {
 			} else {
 				g := resp.GetGroups()[0]
 				w.acks = append(w.acks, ack{key: key, value: value, shard: g.GetShard(), revision: g.GetRevision()})
+				w.at = append(w.at, time.Now())
 			}
 			w.mu.Unlock()
 			if err != nil {
@@ -232,6 +391,18 @@ func (w *writer) acked() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.acks)
+}
+
+// longestGap returns the longest time between two acknowledgements from
+// the from-th one on.
+func (w *writer) longestGap(from int) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var gap time.Duration
+	for i := max(from, 1); i < len(w.at); i++ {
+		gap = max(gap, w.at[i].Sub(w.at[i-1]))
+	}
+	return gap
 }
 
 // waitFor waits until n commits are acknowledged, failing if the writer

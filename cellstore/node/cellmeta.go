@@ -14,6 +14,9 @@ type cellMeta struct {
 	// Restored: the state machines hold restored state that the Raft log
 	// does not, until the first start compacts the log (compactRestored).
 	Restored bool `json:"restored,omitempty"`
+	// Joined: the node joined an existing cell (Config.Join) and its
+	// replicas start as non-voting members (learner.go).
+	Joined bool `json:"joined,omitempty"`
 }
 
 func cellMetaPath(dir string) string { return filepath.Join(dir, "cell.json") }

@@ -32,7 +32,9 @@ type Config struct {
 	InitialMembers map[uint64]string
 	// Join starts this node as a new member of an existing cell: its
 	// shards wait, empty, until the cell adds the node (Admin.AddMember)
-	// and their leaders bring them up to date. Ignored on restart.
+	// as a non-voting member and their leaders bring them up to date; the
+	// node then promotes itself to a voter of each (learner.go). Ignored
+	// on restart.
 	Join bool
 	// Shards is the cell's shard count, fixed when the cell is created.
 	Shards uint32

@@ -3,9 +3,11 @@ package node
 import (
 	"cmp"
 	"context"
+	"errors"
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/lni/dragonboat/v4"
 	"google.golang.org/grpc/codes"
@@ -23,7 +25,8 @@ import (
 // to the shard's leader; a request based on a membership that changed
 // meanwhile is rejected, and the next attempt reads it again. A shard
 // already changed is skipped, so repeating an interrupted AddMember or
-// RemoveMember finishes it.
+// RemoveMember finishes it. A node joins as a non-voting member and
+// promotes itself once caught up (learner.go); AddMember waits for that.
 
 var _ server.Cluster = (*raftBackend)(nil)
 
@@ -40,25 +43,39 @@ func (b *raftBackend) Members(ctx context.Context) ([]*storev1.Member, error) {
 			return nil, raftError("list members", sh, err)
 		}
 		leader, _, known, _ := b.nh.GetLeaderID(shardID(sh))
-		for id, addr := range m.Nodes {
+		add := func(id uint64, addr string) *storev1.Member {
 			mem := byID[id]
 			if mem == nil {
 				mem = &storev1.Member{NodeId: id, RaftAddress: addr}
 				byID[id] = mem
 			}
 			mem.Shards = append(mem.Shards, sh)
-			if known && leader == id {
+			return mem
+		}
+		for id, addr := range m.Nodes {
+			if mem := add(id, addr); known && leader == id {
 				mem.Leads = append(mem.Leads, sh)
 			}
+		}
+		for id, addr := range m.NonVotings {
+			mem := add(id, addr)
+			mem.NonVoting = append(mem.NonVoting, sh)
 		}
 	}
 	return slices.SortedFunc(maps.Values(byID), func(a, b *storev1.Member) int { return cmp.Compare(a.GetNodeId(), b.GetNodeId()) }), nil
 }
 
-// AddMember implements server.Cluster.
+// AddMember implements server.Cluster: it adds node id to every shard
+// that lacks it as a non-voting member, then waits until the node has
+// promoted itself to a voter of every shard (learner.go), or ctx ends
+// (ProposalTimeout without a deadline).
 func (b *raftBackend) AddMember(ctx context.Context, id uint64, addr string) error {
-	return b.reconfigure(ctx, "add member", func(ctx context.Context, sh uint32, m *dragonboat.Membership) error {
-		if a, ok := m.Nodes[id]; ok {
+	ctx, cancel := b.withTimeout(ctx)
+	defer cancel()
+	ctx, cancelEarly := answerInTime(ctx)
+	defer cancelEarly()
+	err := b.reconfigure(ctx, "add member", func(ctx context.Context, sh uint32, m *dragonboat.Membership) error {
+		if a, ok := member(m, id); ok {
 			if !sameAddress(a, addr) {
 				return status.Errorf(codes.FailedPrecondition, "add member: shard %d: node %d is a member at %s, not %s", sh, id, a, addr)
 			}
@@ -67,13 +84,88 @@ func (b *raftBackend) AddMember(ctx context.Context, id uint64, addr string) err
 		if _, ok := m.Removed[id]; ok {
 			return status.Errorf(codes.FailedPrecondition, "add member: node %d was removed from the cell and cannot come back; give the new node another ID", id)
 		}
-		for other, a := range m.Nodes {
-			if sameAddress(a, addr) {
-				return status.Errorf(codes.FailedPrecondition, "add member: %s is the address of member %d", addr, other)
+		for _, others := range []map[uint64]string{m.Nodes, m.NonVotings} {
+			for other, a := range others {
+				if sameAddress(a, addr) {
+					return status.Errorf(codes.FailedPrecondition, "add member: %s is the address of member %d", addr, other)
+				}
 			}
 		}
-		return b.nh.SyncRequestAddReplica(ctx, shardID(sh), id, addr, m.ConfigChangeID)
+		return b.nh.SyncRequestAddNonVoting(ctx, shardID(sh), id, addr, m.ConfigChangeID)
 	})
+	if err != nil {
+		return err
+	}
+	return b.awaitVoter(ctx, id)
+}
+
+// answerInTime returns ctx ending a little before ctx's deadline (a tenth
+// of the time left, at most a second), so that a request that cannot
+// finish answers with its own error before its caller gives up on it.
+func answerInTime(ctx context.Context) (context.Context, context.CancelFunc) {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithDeadline(ctx, d.Add(-min(time.Until(d)/10, time.Second)))
+}
+
+// awaitVoter waits until node id votes in every shard. If ctx ends first
+// the error says which shard still waits, and that the node stays a
+// non-voting member there.
+func (b *raftBackend) awaitVoter(ctx context.Context, id uint64) error {
+	for sh := range b.n.cfg.Shards {
+		nonVoting := false
+		err := b.attempt(ctx, func(ctx context.Context) error {
+			m, err := b.nh.SyncGetShardMembership(ctx, shardID(sh))
+			if err != nil {
+				return err
+			}
+			if _, ok := m.Nodes[id]; ok {
+				return nil
+			}
+			if _, ok := m.NonVotings[id]; ok {
+				nonVoting = true
+				return errWait
+			}
+			return status.Errorf(codes.Aborted, "add member: shard %d: node %d was removed meanwhile", sh, id)
+		})
+		if _, isStatus := status.FromError(err); err != nil && isStatus {
+			return err
+		}
+		if err != nil && nonVoting {
+			code := codes.DeadlineExceeded
+			if errors.Is(ctx.Err(), context.Canceled) {
+				code = codes.Canceled
+			}
+			return status.Errorf(code, "add member: shard %d: node %d has not caught up with the shard (is it running?); "+
+				"it is left a non-voting member of shards %v, which count towards no quorum, and promotes itself to a voter "+
+				"of each once caught up: repeat the add to wait for that, or remove the node", sh, id, b.nonVotingShards(id))
+		}
+		if err != nil {
+			return raftError("add member", sh, err)
+		}
+	}
+	return nil
+}
+
+// nonVotingShards lists the shards whose membership, as this node's
+// replicas last applied it, does not have node id vote.
+func (b *raftBackend) nonVotingShards(id uint64) []uint32 {
+	voting := map[uint64]bool{}
+	if info := b.nh.GetNodeHostInfo(dragonboat.NodeHostInfoOption{SkipLogInfo: true}); info != nil {
+		for _, si := range info.ShardInfoList {
+			_, ok := si.Replicas[id]
+			voting[si.ShardID] = ok
+		}
+	}
+	var out []uint32
+	for sh := range b.n.cfg.Shards {
+		if !voting[shardID(sh)] {
+			out = append(out, sh)
+		}
+	}
+	return out
 }
 
 // RemoveMember implements server.Cluster. A shard's leadership moves off
@@ -85,10 +177,11 @@ func (b *raftBackend) RemoveMember(ctx context.Context, id uint64) error {
 		return status.Errorf(codes.FailedPrecondition, "remove member: node %d does not remove itself; send the request to another member", id)
 	}
 	return b.reconfigure(ctx, "remove member", func(ctx context.Context, sh uint32, m *dragonboat.Membership) error {
-		if _, ok := m.Nodes[id]; !ok {
+		_, voter := m.Nodes[id]
+		if _, ok := member(m, id); !ok {
 			return nil
 		}
-		if len(m.Nodes) == 1 {
+		if voter && len(m.Nodes) == 1 {
 			return status.Errorf(codes.FailedPrecondition, "remove member: node %d holds shard %d's last replica", id, sh)
 		}
 		if leader, _, ok, err := b.nh.GetLeaderID(shardID(sh)); err == nil && ok && leader == id {
@@ -136,6 +229,16 @@ func successor(m *dragonboat.Membership, id, self uint64) uint64 {
 		}
 	}
 	return next
+}
+
+// member returns the Raft address of node id if it is a member of the
+// shard m describes, voting or not.
+func member(m *dragonboat.Membership, id uint64) (string, bool) {
+	if a, ok := m.Nodes[id]; ok {
+		return a, true
+	}
+	a, ok := m.NonVotings[id]
+	return a, ok
 }
 
 // sameAddress compares Raft addresses as Dragonboat does.

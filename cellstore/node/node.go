@@ -2,8 +2,8 @@
 // replica of every shard, each an on-disk state machine on Pebble
 // (cellstore/statemachine), the watch hub fed by those replicas, the gRPC
 // store and admin services, and an HTTP endpoint for health and Prometheus
-// metrics. Membership changes are in members.go, backup and restore in
-// backup.go.
+// metrics. Membership changes are in members.go (a joining node's learner
+// stage in learner.go), backup and restore in backup.go.
 package node
 
 import (
@@ -74,7 +74,7 @@ func Start(cfg Config) (*Node, error) {
 	wcfg.Retention = cfg.Server.LogRetention
 	n := &Node{cfg: cfg, log: cfg.Logger, hub: watch.NewHub(wcfg, cfg.Shards), registry: prometheus.NewRegistry(),
 		sms: make([]*statemachine.StateMachine, cfg.Shards)}
-	if err := n.startRaft(); err != nil {
+	if err := n.startRaft(meta); err != nil {
 		return nil, err
 	}
 	if meta.Restored {
@@ -96,7 +96,7 @@ func Start(cfg Config) (*Node, error) {
 	return n, nil
 }
 
-func (n *Node) startRaft() error {
+func (n *Node) startRaft(meta cellMeta) error {
 	cfg := n.cfg
 	nhc := dbconfig.NodeHostConfig{
 		NodeHostDir:    filepath.Join(cfg.DataDir, "raft"),
@@ -109,6 +109,11 @@ func (n *Node) startRaft() error {
 		return fmt.Errorf("node: start raft host: %w", err)
 	}
 	n.nh = nh
+	joined, err := n.recordJoin(meta)
+	if err != nil {
+		nh.Close()
+		return err
+	}
 	members := map[uint64]dragonboat.Target{}
 	for id, addr := range cfg.members() {
 		members[id] = addr
@@ -128,6 +133,9 @@ func (n *Node) startRaft() error {
 			// Membership changes name the membership they change
 			// (members.go), so concurrent ones cannot both apply.
 			OrderedConfigChange: true,
+			// A joining node's replicas start as non-voting members,
+			// on every start (learner.go).
+			IsNonVoting: joined,
 		}
 		create := func(uint64, uint64) sm.IOnDiskStateMachine {
 			m := statemachine.New(smCfg, i)
@@ -139,8 +147,12 @@ func (n *Node) startRaft() error {
 		}
 		// A replica that exists already restarts as Dragonboat recorded it:
 		// how it was created, whether as an initial member or by joining,
-		// no longer matters.
+		// no longer matters (but a joined node's start non-voting, above).
+		// One a joined node lacks joins, whatever Join says now.
 		initial, join := members, cfg.Join
+		if joined {
+			initial, join = nil, true
+		}
 		if nh.HasNodeInfo(rc.ShardID, rc.ReplicaID) {
 			initial, join = nil, false
 		}
@@ -157,6 +169,11 @@ func (n *Node) startRaft() error {
 		pr := newProposer(backend, i, cfg.Server.MaxInflight, n.stop)
 		backend.proposers = append(backend.proposers, pr)
 		go pr.run()
+	}
+	if joined {
+		for i := range cfg.Shards {
+			go backend.promoteWhenCaughtUp(i, n.stop)
+		}
 	}
 	scfg := cfg.Server
 	scfg.Logger = n.log

@@ -13,7 +13,9 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/troupe-cluster/troupe/cellstore/node"
@@ -87,7 +89,7 @@ func runStore(args []string) error {
 	}
 	defer n.Close()
 	if cfg.Join {
-		if err := joinCell(*join, cfg); err != nil {
+		if err := joinCell(*join, cfg, n); err != nil {
 			return err
 		}
 	}
@@ -129,10 +131,12 @@ func storeShards(dataDir string, given uint32, join string) (uint32, error) {
 	return st.GetShardCount(), nil
 }
 
-// joinCell asks the cell at endpoint to add the started node cfg
-// describes to every shard. Repeating it (a restart with --join) is
-// harmless.
-func joinCell(endpoint string, cfg node.Config) error {
+// joinCell asks the cell at endpoint to add the started node n, which cfg
+// describes, to every shard: as a non-voting member that promotes itself
+// once caught up, the request returning once it votes everywhere. A node
+// still catching up when the request times out keeps running and catching
+// up. Repeating it (a restart with --join) is harmless.
+func joinCell(endpoint string, cfg node.Config, n *node.Node) error {
 	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return err
@@ -141,6 +145,11 @@ func joinCell(endpoint string, cfg node.Config) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	resp, err := storev1.NewAdminClient(conn).AddMember(ctx, &storev1.AddMemberRequest{NodeId: cfg.NodeID, RaftAddress: cfg.RaftAddr, ShardCount: cfg.Shards})
+	if nv := n.NonVoting(); status.Code(err) == codes.DeadlineExceeded && len(nv) > 0 {
+		fmt.Printf("troupe store node %d joined the cell at %s and is still catching up: it does not vote in shards %s yet (troupe store members list)\n",
+			cfg.NodeID, endpoint, shardRanges(nv))
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("join %s: %w", endpoint, err)
 	}

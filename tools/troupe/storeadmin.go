@@ -52,7 +52,7 @@ func runMembers(args []string) error {
 	switch args[0] {
 	case "list":
 	case "add":
-		fs.Uint64Var(&id, "node-id", 0, "the new node's ID (never one a removed node had)")
+		fs.Uint64Var(&id, "node-id", 0, "the new node's ID (never one a removed node had); it joins as a non-voting member and the command waits until it votes")
 		fs.StringVar(&raftAddr, "raft-addr", "", "host:port of the new node's Raft transport")
 		fs.UintVar(&shards, "shards", 0, "the new node's shard count, checked against the cell's (0: unchecked)")
 	case "remove":
@@ -91,11 +91,15 @@ func runMembers(args []string) error {
 	return printMembers(members)
 }
 
+// printMembers prints one line per member: the shards it holds a replica
+// of, those of them where it does not vote yet (a new member catching up)
+// and those it leads.
 func printMembers(members []*storev1.Member) error {
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 3, ' ', 0)
-	fmt.Fprintln(w, "NODE\tRAFT ADDRESS\tSHARDS\tLEADS")
+	fmt.Fprintln(w, "NODE\tRAFT ADDRESS\tSHARDS\tNON-VOTING\tLEADS")
 	for _, m := range members {
-		fmt.Fprintf(w, "%d\t%s\t%s\t%s\n", m.GetNodeId(), m.GetRaftAddress(), shardRanges(m.GetShards()), shardRanges(m.GetLeads()))
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\n", m.GetNodeId(), m.GetRaftAddress(), shardRanges(m.GetShards()),
+			shardRanges(m.GetNonVoting()), shardRanges(m.GetLeads()))
 	}
 	return w.Flush()
 }

@@ -20,16 +20,17 @@ import (
 
 // TestStoreOperations drives the store's operations as a user would, with
 // `troupe store` processes: a one-node cell, a second node that joins it
-// with --join, `members list` and `members remove`, then `backup`,
-// `restore` and a node started on the restored directory that serves the
-// same keys at the same versions.
+// with --join (non-voting until caught up), `members add` of a node that
+// is not running (which times out, leaving it non-voting), `members list`
+// and `members remove`, then `backup`, `restore` and a node started on the
+// restored directory that serves the same keys at the same versions.
 func TestStoreOperations(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the troupe binary")
 	}
 	dir := t.TempDir()
 	bin := buildTroupe(t)
-	ports, err := localcell.FreePorts(6)
+	ports, err := localcell.FreePorts(7)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,17 +79,32 @@ func TestStoreOperations(t *testing.T) {
 	for n := 1; n <= 20; n++ {
 		waitFor(t, ctx, func() error { return put(c2, n) })
 	}
-	// Each member's line: NODE, RAFT ADDRESS, SHARDS, LEADS.
+	// Each member's line: NODE, RAFT ADDRESS, SHARDS, NON-VOTING, LEADS.
 	member := func(out string, id int) []string {
 		for _, line := range strings.Split(out, "\n") {
-			if f := strings.Fields(line); len(f) == 4 && f[0] == fmt.Sprint(id) {
-				return f[1:3]
+			if f := strings.Fields(line); len(f) == 5 && f[0] == fmt.Sprint(id) {
+				return f[1:4]
 			}
 		}
 		return nil
 	}
-	if out := troupe("store", "members", "list", "--endpoint", addr(1)); fmt.Sprint(member(out, 2)) != fmt.Sprint([]string{addr(2), "0-1"}) {
-		t.Fatalf("members list:\n%s", out)
+	waitFor(t, ctx, func() error {
+		if out := troupe("store", "members", "list", "--endpoint", addr(1)); fmt.Sprint(member(out, 2)) != fmt.Sprint([]string{addr(2), "0-1", "-"}) {
+			return fmt.Errorf("node 2 does not vote in every shard:\n%s", out)
+		}
+		return nil
+	})
+	// Node 3 is not running: its add times out and leaves it non-voting.
+	out, err := exec.CommandContext(ctx, bin, "store", "members", "add", "--endpoint", addr(1), "--node-id", "3", "--raft-addr", addr(6),
+		"--shards", "2", "--timeout", "1s").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "node 3 has not caught up") {
+		t.Fatalf("members add of a node that is down: %v\n%s", err, out)
+	}
+	if out := troupe("store", "members", "list", "--endpoint", addr(1)); fmt.Sprint(member(out, 3)) != fmt.Sprint([]string{addr(6), "0-1", "0-1"}) {
+		t.Fatalf("members list after adding node 3:\n%s", out)
+	}
+	if out := troupe("store", "members", "remove", "--endpoint", addr(1), "--node-id", "3"); member(out, 3) != nil || member(out, 2) == nil {
+		t.Fatalf("members remove of non-voting node 3:\n%s", out)
 	}
 	if out := troupe("store", "members", "remove", "--endpoint", addr(1), "--node-id", "2"); member(out, 2) != nil || member(out, 1) == nil {
 		t.Fatalf("members remove:\n%s", out)

@@ -19,12 +19,20 @@ const _ = grpc.SupportPackageIsVersion7
 type AdminClient interface {
 	// ListMembers lists the nodes holding replicas of the cell's shards.
 	ListMembers(ctx context.Context, in *ListMembersRequest, opts ...grpc.CallOption) (*ListMembersResponse, error)
-	// AddMember adds a node to every shard that lacks it. The node runs (or
-	// is started afterwards) as a joining member and catches up from the
-	// shards' leaders, by snapshot when their logs are compacted.
+	// AddMember adds a node to every shard that lacks it, first as a
+	// non-voting member: the node runs (or is started afterwards) as a
+	// joining member and catches up from the shards' leaders, by snapshot
+	// when their logs are compacted, without counting towards any quorum.
+	// Once its replica of a shard has caught up (a ReadIndex through it
+	// completes), the node promotes itself to a voter of that shard.
+	// AddMember returns once the node votes in every shard; if the request
+	// ends first it fails (DEADLINE_EXCEEDED) naming the shard, and the node
+	// stays a non-voting member until it catches up: repeating the request
+	// waits for it again.
 	AddMember(ctx context.Context, in *AddMemberRequest, opts ...grpc.CallOption) (*AddMemberResponse, error)
-	// RemoveMember removes a node from every shard that has it, moving each
-	// shard's leadership off it first. A removed node's ID cannot be reused.
+	// RemoveMember removes a node, voting or not, from every shard that has
+	// it, moving each shard's leadership off it first. A removed node's ID
+	// cannot be reused.
 	RemoveMember(ctx context.Context, in *RemoveMemberRequest, opts ...grpc.CallOption) (*RemoveMemberResponse, error)
 	// Backup streams a copy of every shard, each read at one revision after
 	// a ReadIndex (linearizable), in shard order.
@@ -104,12 +112,20 @@ func (x *adminBackupClient) Recv() (*BackupChunk, error) {
 type AdminServer interface {
 	// ListMembers lists the nodes holding replicas of the cell's shards.
 	ListMembers(context.Context, *ListMembersRequest) (*ListMembersResponse, error)
-	// AddMember adds a node to every shard that lacks it. The node runs (or
-	// is started afterwards) as a joining member and catches up from the
-	// shards' leaders, by snapshot when their logs are compacted.
+	// AddMember adds a node to every shard that lacks it, first as a
+	// non-voting member: the node runs (or is started afterwards) as a
+	// joining member and catches up from the shards' leaders, by snapshot
+	// when their logs are compacted, without counting towards any quorum.
+	// Once its replica of a shard has caught up (a ReadIndex through it
+	// completes), the node promotes itself to a voter of that shard.
+	// AddMember returns once the node votes in every shard; if the request
+	// ends first it fails (DEADLINE_EXCEEDED) naming the shard, and the node
+	// stays a non-voting member until it catches up: repeating the request
+	// waits for it again.
 	AddMember(context.Context, *AddMemberRequest) (*AddMemberResponse, error)
-	// RemoveMember removes a node from every shard that has it, moving each
-	// shard's leadership off it first. A removed node's ID cannot be reused.
+	// RemoveMember removes a node, voting or not, from every shard that has
+	// it, moving each shard's leadership off it first. A removed node's ID
+	// cannot be reused.
 	RemoveMember(context.Context, *RemoveMemberRequest) (*RemoveMemberResponse, error)
 	// Backup streams a copy of every shard, each read at one revision after
 	// a ReadIndex (linearizable), in shard order.
