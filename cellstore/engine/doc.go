@@ -19,11 +19,13 @@
 //	i<key>              intents of cross-shard transactions on a key (IntentSet)
 //	p<txn id>           a cross-shard transaction prepared here (Prepared)
 //	q<deadline:8 BE><id> prepared transactions by deadline, for recovery
-//	m<name>             shard metadata: revision, log start, clock, prepared count
+//	m<name>             shard metadata: revision, log start, clock, prepared count,
+//	                    the freeze a backup holds (freeze.go)
 //
 // A shard's revision counts the proposals that wrote at least one key; a
 // key's version is the revision that last wrote it. Groups of one proposal
 // apply in order, each seeing the writes of the groups before it; all writes
 // of one proposal share one revision. Cross-shard transactions prepare,
 // decide and resolve in three kinds of proposals: see twophase.go.
+// Backups freeze and thaw shards: see freeze.go.
 package engine

@@ -65,6 +65,10 @@ func Apply(st Storage, p *storev1.Proposal) (*Result, error) {
 		return fence(st, p, now)
 	case storev1.Phase_PHASE_RESOLVE:
 		return resolve(st, p, now)
+	case storev1.Phase_PHASE_FREEZE:
+		return freeze(st, p, now)
+	case storev1.Phase_PHASE_THAW:
+		return thaw(st, p, now)
 	}
 	if rec, err := lookupTxn(st, p.GetTxnId(), now); err != nil {
 		return nil, err
@@ -74,6 +78,9 @@ func Apply(st Storage, p *storev1.Proposal) (*Result, error) {
 	rev, err := readMeta(st, metaRevision)
 	if err != nil {
 		return nil, err
+	}
+	if frozen, err := frozen(st, now); err != nil || frozen {
+		return refused(p, rev), err
 	}
 	a := &applier{st: st, rev: rev + 1, committed: map[string]pending{}}
 	out := &storev1.Outcome{GroupIndexes: p.GetGroupIndexes(), Revision: rev}

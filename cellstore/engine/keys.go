@@ -23,6 +23,7 @@ const (
 	metaExpiryLow  = "mexpirylow"  // expiry index entries below this are gone
 	metaExpiryNext = "mexpirynext" // proposal time of the next expiry scan
 	metaPrepared   = "mprepared"   // cross-shard transactions prepared here and not resolved
+	metaFreeze     = "mfreeze"     // the freeze a backup holds on the shard (Freeze)
 )
 
 // Prefixes of the storage key families, for storage layers that index

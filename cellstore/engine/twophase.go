@@ -253,7 +253,8 @@ func opKey(op *storev1.Op) (string, access) {
 
 // prepare evaluates each group part of p and leaves intents for those
 // that pass; it writes no user data. A repeated PREPARE of the same
-// transaction returns the first one's outcome.
+// transaction returns the first one's outcome. A frozen shard refuses a
+// new PREPARE unless it is admitted (freeze.go).
 func prepare(st Storage, p *storev1.Proposal, now int64) (*Result, error) {
 	if rec, err := lookupPrepared(st, p.GetTxnId()); err != nil {
 		return nil, err
@@ -275,6 +276,9 @@ func prepare(st Storage, p *storev1.Proposal, now int64) (*Result, error) {
 	rev, err := readMeta(st, metaRevision)
 	if err != nil {
 		return nil, err
+	}
+	if frozen, err := frozen(st, now); err != nil || (frozen && !p.GetAdmit()) {
+		return refused(p, rev), err
 	}
 	a := &applier{st: st, rev: rev + 1, committed: map[string]pending{}}
 	out := &storev1.Outcome{GroupIndexes: p.GetGroupIndexes(), Revision: rev, Groups: make([]*storev1.GroupResult, len(p.GetGroups())),

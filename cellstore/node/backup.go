@@ -14,40 +14,39 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protodelim"
 
+	"github.com/troupe-cluster/troupe/cellstore/server"
 	"github.com/troupe-cluster/troupe/cellstore/statemachine"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
 // Backup and restore. A backup holds every key of every shard's state
-// machine (statemachine.Backup): data with versions, the change log, the
-// remembered txn outcomes and the revision, so a restored cell serves the
-// same versions and revisions, resumes watch cursors of the old cell that
-// its change log still covers, and answers retried txn_ids as the old one
-// would. Each shard is read at one revision after a ReadIndex; shards are
-// read one after the other, not at one instant.
+// machine: data with versions, the change log, the remembered txn
+// outcomes and the revision, so a restored cell serves the same versions
+// and revisions, resumes watch cursors of the old cell that its change
+// log still covers, and answers retried txn_ids as the old one would.
+// The shards are read at one consistent cut of the cell (the server
+// package's backup.go freezes them, pins each through PinShard, thaws
+// them, then streams the pins).
 //
 // A backup file is backupMagic followed by the Admin.Backup stream's
 // chunks, each length-delimited (protodelim).
 const backupMagic = "troupe-backup 1\n"
 
-// Backup implements server.Cluster: after a ReadIndex, this node's replica
-// holds every commit acknowledged before the backup began.
-func (b *raftBackend) Backup(ctx context.Context, shard uint32, w io.Writer) (uint64, error) {
+// PinShard implements server.Cluster: after a ReadIndex, this node's
+// replica holds every commit acknowledged before the call.
+func (b *raftBackend) PinShard(ctx context.Context, shard uint32) (server.ShardSnapshot, error) {
 	if _, err := b.Read(ctx, shard, statemachine.GetQuery{}, true); err != nil {
-		return 0, err
+		return nil, err
 	}
 	m := b.n.stateMachine(shard)
 	if m == nil {
-		return 0, status.Errorf(codes.Unavailable, "backup: shard %d is not open on this node", shard)
+		return nil, status.Errorf(codes.Unavailable, "backup: shard %d is not open on this node", shard)
 	}
-	rev, err := m.Backup(w, ctx.Done())
-	if ctx.Err() != nil {
-		return 0, raftError("backup", shard, ctx.Err())
-	}
+	pin, err := m.PinBackup()
 	if err != nil {
-		return 0, status.Errorf(status.Code(err), "backup: shard %d: %v", shard, err)
+		return nil, status.Errorf(codes.Unavailable, "backup: shard %d: %v", shard, err)
 	}
-	return rev, nil
+	return pin, nil
 }
 
 // BackupSummary describes a backup.

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"io"
 	"net"
 
 	"google.golang.org/grpc/codes"
@@ -22,9 +21,10 @@ type Cluster interface {
 	AddMember(ctx context.Context, id uint64, raftAddr string) error
 	// RemoveMember removes node id from every shard that has it.
 	RemoveMember(ctx context.Context, id uint64) error
-	// Backup writes the state of shard at one revision, read after a
-	// ReadIndex, to w, and returns that revision.
-	Backup(ctx context.Context, shard uint32, w io.Writer) (uint64, error)
+	// PinShard pins this node's replica of shard, read after a ReadIndex
+	// (so it holds every commit acknowledged before the call), for a
+	// backup. The caller closes it.
+	PinShard(ctx context.Context, shard uint32) (ShardSnapshot, error)
 }
 
 // backupChunkBytes bounds a BackupChunk's data, well within what a default
@@ -101,20 +101,28 @@ func (a *Admin) RemoveMember(ctx context.Context, req *storev1.RemoveMemberReque
 	return &storev1.RemoveMemberResponse{Members: ms}, err
 }
 
-// Backup implements storev1.AdminServer: each shard in turn, cut into
-// chunks, the last with the shard's revision and checksum.
+// Backup implements storev1.AdminServer: every shard pinned at one
+// consistent cut (backup.go), then sent in turn, cut into chunks, the last
+// with the shard's revision and checksum.
 func (a *Admin) Backup(_ *storev1.BackupRequest, stream storev1.Admin_BackupServer) error {
 	ctx := stream.Context()
 	if err := a.s.admit(ctx, Access{Method: "Backup"}); err != nil {
 		return err
 	}
-	for sh := range a.s.router.Shards() {
-		w := &chunkWriter{stream: stream, shards: a.s.router.Shards(), shard: sh}
-		rev, err := a.cluster.Backup(ctx, sh, w)
-		if err != nil {
-			return err
+	pins, err := a.s.consistentCut(ctx, a.cluster)
+	if err != nil {
+		return err
+	}
+	defer closeAll(pins)
+	for sh, pin := range pins {
+		w := &chunkWriter{stream: stream, shards: a.s.router.Shards(), shard: uint32(sh)}
+		if err := pin.WriteTo(w, ctx.Done()); err != nil {
+			if ctx.Err() != nil {
+				return errf(codes.Canceled, "backup: shard %d: %v", sh, ctx.Err())
+			}
+			return errf(status.Code(err), "backup: shard %d: %v", sh, err)
 		}
-		if err := w.send(true, rev); err != nil {
+		if err := w.send(true, pin.Status().Revision); err != nil {
 			return err
 		}
 	}

@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"testing"
 
@@ -10,14 +11,17 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/troupe-cluster/troupe/cellstore/engine"
+	"github.com/troupe-cluster/troupe/cellstore/watch"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
 // fakeCluster records membership calls and backs up each shard as size
-// bytes of a pattern, at revision 100+shard.
+// bytes of a pattern, at the revision its state machine in backend is at.
 type fakeCluster struct {
-	sizes []int
-	calls []string
+	sizes   []int
+	calls   []string
+	backend *smBackend
 }
 
 func (f *fakeCluster) Members(context.Context) ([]*storev1.Member, error) { return nil, nil }
@@ -32,17 +36,37 @@ func (f *fakeCluster) RemoveMember(context.Context, uint64) error {
 	return nil
 }
 
-func (f *fakeCluster) Backup(_ context.Context, shard uint32, w io.Writer) (uint64, error) {
-	data := shardData(shard, f.sizes[shard])
+func (f *fakeCluster) PinShard(_ context.Context, shard uint32) (ShardSnapshot, error) {
+	pin, err := f.backend.sms[shard].PinBackup()
+	if err != nil {
+		return nil, err
+	}
+	defer pin.Close()
+	return fakePin{shard: shard, size: f.sizes[shard], status: pin.Status()}, nil
+}
+
+// fakePin is a shard pinned with status, holding size bytes of a pattern.
+type fakePin struct {
+	shard  uint32
+	size   int
+	status engine.FreezeStatus
+}
+
+func (p fakePin) Status() engine.FreezeStatus { return p.status }
+
+func (p fakePin) WriteTo(w io.Writer, _ <-chan struct{}) error {
+	data := shardData(p.shard, p.size)
 	for len(data) > 0 { // in uneven writes, as a bufio.Writer would
 		n := min(len(data), 300<<10)
 		if _, err := w.Write(data[:n]); err != nil {
-			return 0, err
+			return err
 		}
 		data = data[n:]
 	}
-	return 100 + uint64(shard), nil
+	return nil
 }
+
+func (fakePin) Close() error { return nil }
 
 func shardData(shard uint32, size int) []byte {
 	b := make([]byte, size)
@@ -75,11 +99,18 @@ func (denyWrites) Authorize(_ context.Context, a Access) error {
 	return nil
 }
 
+// newTestAdmin returns the Admin service of a server over unreplicated
+// state machines; a fakeCluster backs up those.
 func newTestAdmin(t *testing.T, shards uint32, auth Authorizer, c Cluster) *Admin {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Authorizer = auth
-	s, err := New(cfg, nil, nil, shards)
+	hub := watch.NewHub(watch.DefaultConfig(), shards)
+	b := newSMBackend(t, int(shards), hub)
+	if f, ok := c.(*fakeCluster); ok {
+		f.backend = b
+	}
+	s, err := New(cfg, b, hub, shards)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,6 +122,18 @@ func newTestAdmin(t *testing.T, shards uint32, auth Authorizer, c Cluster) *Admi
 func TestAdminBackupChunks(t *testing.T) {
 	sizes := []int{backupChunkBytes*2 + 12345, 0, backupChunkBytes}
 	a := newTestAdmin(t, 3, AllowAll{}, &fakeCluster{sizes: sizes})
+	// Shard i is at revision i+1.
+	for sh := range uint32(3) {
+		for n := 0; n <= int(sh); n++ {
+			k := fmt.Sprintf("/k/%d", n)
+			for i := 0; a.s.router.Shard(k) != sh; i++ {
+				k = fmt.Sprintf("/k/%d-%d", n, i)
+			}
+			if _, err := a.s.Commit(context.Background(), &storev1.CommitRequest{TxnId: k, Groups: []*storev1.Group{{Ops: []*storev1.Op{put(k, "v")}}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	stream := &chunkStream{}
 	if err := a.Backup(&storev1.BackupRequest{}, stream); err != nil {
 		t.Fatal(err)
@@ -107,7 +150,7 @@ func TestAdminBackupChunks(t *testing.T) {
 		if !bytes.Equal(data, shardData(shard, sizes[shard])) {
 			t.Fatalf("shard %d: %d bytes arrived, want %d", shard, len(data), sizes[shard])
 		}
-		if c.GetRevision() != 100+uint64(shard) || c.GetCrc32C() != storev1.UpdateBackupCRC(0, data) {
+		if c.GetRevision() != uint64(shard)+1 || c.GetCrc32C() != storev1.UpdateBackupCRC(0, data) {
 			t.Fatalf("shard %d: last chunk has revision %d and crc %x", shard, c.GetRevision(), c.GetCrc32C())
 		}
 		shard, data = shard+1, nil

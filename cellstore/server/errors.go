@@ -12,6 +12,8 @@ var (
 	errNoGroups        = status.Error(codes.InvalidArgument, "commit: request has no groups")
 	errInvalid         = codes.InvalidArgument
 	errOverloaded      = status.Error(codes.ResourceExhausted, "store node overloaded: too many proposals in flight; retry with backoff")
+	errFrozen          = status.Error(codes.Unavailable, "commit: a shard stayed frozen for a backup until the request's deadline; nothing was applied, retry")
+	errBackupBusy      = status.Error(codes.Unavailable, "backup: another backup holds the cell frozen; retry")
 	errCompactedCode   = codes.OutOfRange
 	errUnavailableCode = codes.Unavailable
 )

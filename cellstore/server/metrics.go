@@ -19,6 +19,8 @@ type Metrics struct {
 	watchers      prometheus.Gauge
 	watchEvents   prometheus.Counter
 	compacted     prometheus.Counter
+	frozen        prometheus.Counter   // proposals a frozen shard refused
+	backupFreeze  prometheus.Histogram // how long each backup this node drove kept the cell frozen
 }
 
 // NewMetrics creates the metrics and registers them with reg (nil: not
@@ -41,9 +43,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		watchers:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "troupe_store_watchers", Help: "Open watch streams."}),
 		watchEvents: prometheus.NewCounter(prometheus.CounterOpts{Name: "troupe_store_watch_events_total", Help: "Events sent to watchers."}),
 		compacted:   prometheus.NewCounter(prometheus.CounterOpts{Name: "troupe_store_watch_compacted_total", Help: "Watches refused for a compacted cursor."}),
+		frozen: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "troupe_store_frozen_refusals_total", Help: "Commit proposals refused by a shard frozen for a backup, and proposed again.",
+		}),
+		backupFreeze: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "troupe_store_backup_freeze_seconds", Help: "How long each backup this node drove kept the cell frozen (from its FREEZE to its THAW).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.commits, m.groupFailures, m.commitLatency, m.reads, m.watchers, m.watchEvents, m.compacted)
+		reg.MustRegister(m.commits, m.groupFailures, m.commitLatency, m.reads, m.watchers, m.watchEvents, m.compacted, m.frozen, m.backupFreeze)
 	}
 	return m
 }

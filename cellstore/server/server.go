@@ -61,6 +61,15 @@ type Config struct {
 	// before any leader that finds it settles it (aborting it unless
 	// every participant prepared).
 	TxnTimeout time.Duration
+	// FreezeTimeout is the longest a backup may keep the cell frozen:
+	// its freeze lapses after this (in proposal time) even if its driver
+	// dies. A commit refused by a frozen shard is proposed again for at
+	// most twice this long.
+	FreezeTimeout time.Duration
+	// FrozenRetry is how often a commit refused by a frozen shard looks
+	// (at this node's replica) whether the freeze is gone, to be proposed
+	// again.
+	FrozenRetry time.Duration
 	// PrepareDelay, for fault tests only, holds every cross-shard
 	// transaction this node drives after its prepares, before its
 	// resolution and reply, so that a test can kill the node there.
@@ -81,6 +90,8 @@ func DefaultConfig() Config {
 		ProgressInterval: time.Second,
 		MaxInflight:      4096,
 		TxnTimeout:       5 * time.Second,
+		FreezeTimeout:    2 * time.Second,
+		FrozenRetry:      2 * time.Millisecond,
 		Authorizer:       AllowAll{},
 		Now:              time.Now,
 		Logger:           zap.NewNop(),
@@ -103,6 +114,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("server: MaxInflight must be positive, got %d", c.MaxInflight)
 	case c.TxnTimeout <= 0:
 		return fmt.Errorf("server: TxnTimeout must be positive, got %v", c.TxnTimeout)
+	case c.FreezeTimeout <= 0 || c.FrozenRetry <= 0:
+		return fmt.Errorf("server: FreezeTimeout and FrozenRetry must be positive, got %v and %v", c.FreezeTimeout, c.FrozenRetry)
 	case c.Authorizer == nil || c.Now == nil || c.Logger == nil:
 		return fmt.Errorf("server: Authorizer, Now and Logger are required")
 	}
@@ -299,14 +312,39 @@ func (s *Server) propose(ctx context.Context, props []shardProposal, resp *store
 	defer s.inflight.Release(int64(len(props)))
 	outs := make([]*storev1.Outcome, len(props))
 	errs := make([]error, len(props))
-	if len(props) == 1 {
-		outs[0], errs[0] = s.backend.Propose(ctx, props[0].shard, props[0].p)
-	} else {
-		var wg sync.WaitGroup
-		for i, sp := range props {
-			wg.Go(func() { outs[i], errs[i] = s.backend.Propose(ctx, sp.shard, sp.p) })
+	todo := make([]int, len(props))
+	for i := range todo {
+		todo[i] = i
+	}
+	var thaw thawWait
+	for len(todo) > 0 {
+		if len(todo) == 1 {
+			i := todo[0]
+			outs[i], errs[i] = s.backend.Propose(ctx, props[i].shard, props[i].p)
+		} else {
+			var wg sync.WaitGroup
+			for _, i := range todo {
+				wg.Go(func() { outs[i], errs[i] = s.backend.Propose(ctx, props[i].shard, props[i].p) })
+			}
+			wg.Wait()
 		}
-		wg.Wait()
+		// A shard frozen for a backup refused its proposal (and applied
+		// nothing): propose it again after a moment, at the time then.
+		todo = slices.DeleteFunc(todo, func(i int) bool { return errs[i] != nil || !outs[i].GetFrozen() })
+		if len(todo) == 0 {
+			break
+		}
+		shards := make([]uint32, len(todo))
+		for j, i := range todo {
+			shards[j] = props[i].shard
+		}
+		if err := thaw.wait(ctx, s, shards); err != nil {
+			return err
+		}
+		for _, i := range todo {
+			props[i].p = proto.CloneOf(props[i].p)
+			props[i].p.NowUnixNanos = s.cfg.Now().UnixNano()
+		}
 	}
 	for i, out := range outs {
 		if errs[i] != nil {

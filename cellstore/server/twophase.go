@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/troupe-cluster/troupe/cellstore/engine"
 	"github.com/troupe-cluster/troupe/cellstore/statemachine"
@@ -97,7 +98,10 @@ func (s *Server) commitCrossShard(ctx context.Context, x *crossShard, resp *stor
 		return false, errOverloaded
 	}
 	defer s.inflight.Release(int64(len(x.participants)))
-	states, errs := s.eachShard(ctx, x.participants, func(sh uint32) *storev1.Proposal { return x.parts[sh] })
+	states, errs, err := s.prepare(ctx, x)
+	if err != nil {
+		return false, err // nothing was prepared anywhere
+	}
 	// A prepare whose outcome is unknown may still apply: fence it, so
 	// that it either did or never will.
 	if err := s.fenceFailed(ctx, x.id, x.hash, x.participants, states, errs); err != nil {
@@ -128,6 +132,51 @@ func (s *Server) commitCrossShard(ctx context.Context, x *crossShard, resp *stor
 	}
 	fillResults(x, decided, revisions, resp)
 	return duplicate, nil
+}
+
+// prepare proposes x's PREPAREs and returns what each participant
+// answered. A participant frozen for a backup refuses a PREPARE. While
+// every participant refuses, nothing of the transaction exists anywhere:
+// prepare waits for the thaw and starts again, with fresh times (an error
+// then means that nothing was prepared, and the request may be sent
+// again). Once some participant has prepared it (or may have: its outcome
+// is unknown), the refusing ones are asked again with admit set, which a
+// frozen shard accepts: the transaction then finishes during the freeze
+// instead of holding its intents, and the backup, until recovery.
+func (s *Server) prepare(ctx context.Context, x *crossShard) ([]*storev1.Outcome, []error, error) {
+	var thaw thawWait
+	for {
+		states, errs := s.eachShard(ctx, x.participants, func(sh uint32) *storev1.Proposal { return x.parts[sh] })
+		var refused []uint32
+		for i, o := range states {
+			if errs[i] == nil && o.GetFrozen() {
+				refused = append(refused, x.participants[i])
+			}
+		}
+		if len(refused) == 0 {
+			return states, errs, nil
+		}
+		if len(refused) < len(x.participants) {
+			now := s.cfg.Now().UnixNano()
+			outs, rerrs := s.eachShard(ctx, refused, func(sh uint32) *storev1.Proposal {
+				p := proto.CloneOf(x.parts[sh])
+				p.Admit, p.NowUnixNanos = true, now
+				return p
+			})
+			for j, sh := range refused {
+				i := slices.Index(x.participants, sh)
+				states[i], errs[i] = outs[j], rerrs[j]
+			}
+			return states, errs, nil
+		}
+		if err := thaw.wait(ctx, s, refused); err != nil {
+			return nil, nil, err
+		}
+		now := s.cfg.Now()
+		for _, p := range x.parts {
+			p.NowUnixNanos, p.DeadlineUnixNanos = now.UnixNano(), now.Add(s.cfg.TxnTimeout).UnixNano()
+		}
+	}
 }
 
 // eachShard proposes, on each shard in parallel, the proposal of that

@@ -23,7 +23,8 @@ import (
 // Property test: the state machine (Pebble, keyIndex, combined metadata
 // writes, batched Update, restarts, crashes, snapshots) behaves exactly like
 // engine.Apply on engine.MemStorage, one proposal at a time. A seeded
-// random sequence of proposals goes to
+// random sequence of proposals (commits, cross-shard phases, backups'
+// freezes and thaws) goes to
 //
 //	(a) the reference: engine.Apply on a MemStorage;
 //	(b) a state machine, one entry per Update;
@@ -98,6 +99,10 @@ type eqStats struct {
 	fullExpiryScans                  int // Applies that expired the maximum (256)
 	trimmedLog, fullTrims            int // log entries trimmed / Applies that trimmed the maximum (64)
 	cBatches, dBatches               int
+	freezesHeld, thawsHeld           int // FREEZE and THAW outcomes saying the freeze held
+	freezesRefused, thawsLapsed      int // FREEZE refused (another held, or void); THAW of a lapsed freeze
+	frozenRefusals, admitted         int // APPLY and PREPARE refused while frozen; admitted PREPAREs
+	snapshotFreezes                  int // snapshots carrying a freeze record
 	restarts, crashes, lost          int
 	replayed, snapshots              int
 }
@@ -113,6 +118,10 @@ type eqGen struct {
 	txns    []*storev1.Proposal // proposals with a fresh txn_id, oldest first
 	// prepared are cross-shard transactions prepared and not resolved.
 	prepared []*storev1.Proposal
+	// freezeID names the last freeze proposed and not thawed; freezes
+	// counts the freezes named.
+	freezeID string
+	freezes  int
 	stats    *eqStats
 }
 
@@ -144,6 +153,10 @@ func (g *eqGen) next(i int) (*storev1.Proposal, eqKind) {
 		case r < 38 && len(g.txns) > 0:
 			kind = kindReuse
 		}
+	}
+	if p := g.freeze(i); p != nil {
+		p.NowUnixNanos = now
+		return p, kindFresh
 	}
 	if p := g.crossShard(burst); p != nil {
 		p.NowUnixNanos = now
@@ -187,6 +200,9 @@ func (g *eqGen) crossShard(burst bool) *storev1.Proposal {
 		p.Phase = storev1.Phase_PHASE_PREPARE
 		p.DedupeWindowNanos = g.window(false)
 		p.DeadlineUnixNanos = g.now + g.rng.Int64N(5e9)
+		// While a freeze may hold, some prepares come admitted (their
+		// transaction prepared elsewhere before the freeze there).
+		p.Admit = g.rng.IntN(3) == 0
 		g.prepared = append(g.prepared, p)
 		return proto.Clone(p).(*storev1.Proposal)
 	case r < 12 && len(g.prepared) > 0:
@@ -209,6 +225,41 @@ func (g *eqGen) crossShard(burst bool) *storev1.Proposal {
 			id = g.prepared[g.rng.IntN(len(g.prepared))].GetTxnId()
 		}
 		return &storev1.Proposal{TxnId: id, Phase: storev1.Phase_PHASE_FENCE, DedupeWindowNanos: g.window(false)}
+	}
+	return nil
+}
+
+// freeze now and then returns a backup's FREEZE (a new freeze, now and
+// then one that ends before it starts, or the current one again, or
+// another while one holds) or THAW (of the current freeze, or of another);
+// nil otherwise. None come near the burst, whose refusals would keep
+// remembered outcomes from piling up.
+func (g *eqGen) freeze(i int) *storev1.Proposal {
+	if i >= eqBurstFrom-100 && i < eqBurstTo {
+		return nil
+	}
+	switch r := g.rng.IntN(100); {
+	case r < 2:
+		id := g.freezeID
+		if id == "" || g.rng.IntN(4) > 0 {
+			g.freezes++
+			id = fmt.Sprintf("backup-%d", g.freezes)
+		}
+		g.freezeID = id
+		until := g.now + g.rng.Int64N(8e9)
+		if g.rng.IntN(10) == 0 {
+			until = g.now - g.rng.Int64N(1e9)
+		}
+		return &storev1.Proposal{TxnId: id, Phase: storev1.Phase_PHASE_FREEZE, FreezeUntilUnixNanos: until}
+	case r < 4 && g.freezeID != "":
+		id := g.freezeID
+		if g.rng.IntN(5) == 0 {
+			id = fmt.Sprintf("backup-%d", g.rng.IntN(g.freezes+1))
+		}
+		if id == g.freezeID {
+			g.freezeID = ""
+		}
+		return &storev1.Proposal{TxnId: id, Phase: storev1.Phase_PHASE_THAW}
 	}
 	return nil
 }
@@ -449,6 +500,33 @@ func (h *eqHarness) applyRef(i uint64, kind eqKind) {
 	}
 	h.wants[i] = res.Outcome
 	out := res.Outcome
+	switch p.GetPhase() {
+	case storev1.Phase_PHASE_FREEZE:
+		if out.GetFrozen() {
+			st.freezesHeld++
+		} else {
+			st.freezesRefused++
+		}
+		return
+	case storev1.Phase_PHASE_THAW:
+		if out.GetFrozen() {
+			st.thawsHeld++
+		} else {
+			st.thawsLapsed++
+		}
+		return
+	}
+	if out.GetFrozen() {
+		st.frozenRefusals++
+		return
+	}
+	if p.GetAdmit() && out.GetTxnState() == storev1.TxnState_TXN_STATE_PREPARED && !out.GetDuplicate() {
+		if f, err := engine.ReadFreezeStatus(h.ref); err != nil {
+			h.t.Fatal(err)
+		} else if f.Frozen() {
+			st.admitted++
+		}
+	}
 	st.kinds[kind]++
 	switch {
 	case kind == kindRetry && out.GetDuplicate():
@@ -747,6 +825,9 @@ func (d *eqTroubled) step(i uint64, b *StateMachine, checkpoint bool) {
 			t.Fatal(err)
 		}
 		st.snapshots++
+		if f, err := engine.ReadFreezeStatus(d.h.ref); err == nil && f.Freeze != nil {
+			st.snapshotFreezes++
+		}
 		d.next, d.durable = i+1, i
 		d.h.compare("(d) after snapshot recovery", d.m, i)
 		return
@@ -862,6 +943,8 @@ func TestEquivalenceWithEngine(t *testing.T) {
 		stats.expiredRecords, stats.staleExpiryIndex, stats.fullExpiryScans, stats.trimmedLog, stats.fullTrims)
 	t.Logf("(c) %d batches; (d) %d batches, %d restarts, %d crashes losing %d entries, %d replayed, %d snapshots",
 		stats.cBatches, stats.dBatches, stats.restarts, stats.crashes, stats.lost, stats.replayed, stats.snapshots)
+	t.Logf("freezes held %d, refused %d; thaws held %d, lapsed %d; commits refused while frozen %d, prepares admitted %d",
+		stats.freezesHeld, stats.freezesRefused, stats.thawsHeld, stats.thawsLapsed, stats.frozenRefusals, stats.admitted)
 
 	// The sequence must have exercised what it is meant to.
 	for _, c := range []struct {
@@ -896,6 +979,13 @@ func TestEquivalenceWithEngine(t *testing.T) {
 		{"(d) entries lost in crashes", stats.lost, 1},
 		{"(d) replayed entries", stats.replayed, 1},
 		{"(d) snapshots", stats.snapshots, 1},
+		{"freezes held", stats.freezesHeld, 10},
+		{"freezes refused", stats.freezesRefused, 3},
+		{"thaws while the freeze held", stats.thawsHeld, 3},
+		{"thaws of lapsed or other freezes", stats.thawsLapsed, 3},
+		{"commits refused while frozen", stats.frozenRefusals, 50},
+		{"prepares admitted while frozen", stats.admitted, 1},
+		{"snapshots carrying a freeze", stats.snapshotFreezes, 1},
 	} {
 		if c.got < c.min {
 			t.Errorf("the sequence exercised %s %d times, want at least %d", c.what, c.got, c.min)

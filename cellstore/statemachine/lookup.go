@@ -68,11 +68,15 @@ type OverdueResult struct {
 	Records []*storev1.Prepared
 }
 
+// FreezeQuery asks for the shard's freeze status (engine/freeze.go); the
+// answer is an *engine.FreezeStatus.
+type FreezeQuery struct{}
+
 // ErrUnknownQuery is returned by Lookup for a query of an unknown type.
 var ErrUnknownQuery = errors.New("statemachine: unknown query type")
 
-// Lookup answers GetQuery, RangeQuery and OverdueQuery from this
-// replica's state.
+// Lookup answers GetQuery, RangeQuery, OverdueQuery and FreezeQuery
+// from this replica's state.
 // Dragonboat calls it after ReadIndex for linearizable reads, directly for
 // stale ones.
 func (s *StateMachine) Lookup(q any) (any, error) {
@@ -85,6 +89,13 @@ func (s *StateMachine) Lookup(q any) (any, error) {
 		res := &OverdueResult{}
 		err := s.withView(func(v view) (err error) {
 			res.IDs, res.Records, err = engine.Overdue(v, q.Now, q.Limit)
+			return err
+		})
+		return res, err
+	case FreezeQuery:
+		res := &engine.FreezeStatus{}
+		err := s.withView(func(v view) (err error) {
+			*res, err = engine.ReadFreezeStatus(v)
 			return err
 		})
 		return res, err

@@ -34,8 +34,10 @@ type AdminClient interface {
 	// it, moving each shard's leadership off it first. A removed node's ID
 	// cannot be reused.
 	RemoveMember(ctx context.Context, in *RemoveMemberRequest, opts ...grpc.CallOption) (*RemoveMemberResponse, error)
-	// Backup streams a copy of every shard, each read at one revision after
-	// a ReadIndex (linearizable), in shard order.
+	// Backup streams a copy of every shard, in shard order, all read at one
+	// consistent cut of the cell (linearizable): the shards refuse new
+	// commits, which their servers propose again, for the moment it takes
+	// to pin them, and are streamed after.
 	Backup(ctx context.Context, in *BackupRequest, opts ...grpc.CallOption) (Admin_BackupClient, error)
 }
 
@@ -127,8 +129,10 @@ type AdminServer interface {
 	// it, moving each shard's leadership off it first. A removed node's ID
 	// cannot be reused.
 	RemoveMember(context.Context, *RemoveMemberRequest) (*RemoveMemberResponse, error)
-	// Backup streams a copy of every shard, each read at one revision after
-	// a ReadIndex (linearizable), in shard order.
+	// Backup streams a copy of every shard, in shard order, all read at one
+	// consistent cut of the cell (linearizable): the shards refuse new
+	// commits, which their servers propose again, for the moment it takes
+	// to pin them, and are streamed after.
 	Backup(*BackupRequest, Admin_BackupServer) error
 	mustEmbedUnimplementedAdminServer()
 }
