@@ -20,8 +20,10 @@
 //   - The job's status counts its tasks; a batch job succeeds when every
 //     task has, and fails when a task fails with no retries left.
 //
-// Each change is its own small transaction with version conditions; a
-// conflict requeues the job. Once a change is written it is recorded as
+// Each change is its own small transaction with version conditions, but
+// for the creation of tasks, whose puts go in as few requests as the
+// store's limits allow (one group per task, each on the condition that the
+// task does not exist yet); a conflict requeues the job. Once a change is written it is recorded as
 // an Event (Config.Events): tasks created (TasksCreated) or stopped above a
 // reduced count (ScaledDown), a task failed (Failed, with its exit code),
 // retried (Retrying, n of max_retries) or, for a service, replaced
@@ -33,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -52,6 +55,9 @@ type Config struct {
 	Queue cache.QueueConfig
 	// Events records what the controller did (nil: nothing is recorded).
 	Events *clientlib.EventRecorder
+	// Workers is how many jobs are synced at once (0: one). The queue
+	// never hands one job to two workers.
+	Workers int
 }
 
 // Controller is a running job controller.
@@ -108,10 +114,20 @@ func (ctl *Controller) Run(ctx context.Context) error {
 		<-ctx.Done()
 		ctl.queue.ShutDown()
 	}()
+	var wg sync.WaitGroup
+	for range max(ctl.cfg.Workers, 1) {
+		wg.Go(func() { ctl.work(ctx) })
+	}
+	wg.Wait()
+	return ctx.Err()
+}
+
+// work syncs the jobs the queue hands it until the queue shuts down.
+func (ctl *Controller) work(ctx context.Context) {
 	for {
 		job, shutdown := ctl.queue.Get()
 		if shutdown {
-			return ctx.Err()
+			return
 		}
 		retryIn, err := ctl.sync(ctx, job)
 		switch {
@@ -176,7 +192,10 @@ func (ctl *Controller) sync(ctx context.Context, jobName string) (time.Duration,
 	spec := job.GetSpec()
 	status := &troupev1.JobStatus{}
 	exhausted := "" // a task that failed with no retries left
-	var created, scaledDown int
+	var (
+		missing             []*troupev1.Task // to create
+		created, scaledDown int
+	)
 	defer func() {
 		if created > 0 {
 			ctl.jobEvent(job, clientlib.EventNormal, "TasksCreated", "Created %d task(s) of %d", created, spec.GetCount())
@@ -199,10 +218,7 @@ func (ctl *Controller) sync(ctx context.Context, jobName string) (time.Duration,
 			}
 			continue
 		case !exists:
-			if err := ctl.create(ctx, job, i, 0, now); err != nil {
-				return 0, err
-			}
-			created++
+			missing = append(missing, newTask(job, i, now))
 			status.Pending++
 			continue
 		}
@@ -232,6 +248,14 @@ func (ctl *Controller) sync(ctx context.Context, jobName string) (time.Duration,
 			}
 		}
 		count(status, phase)
+	}
+	for len(missing) > 0 {
+		n := createBatch(missing)
+		if err := ctl.create(ctx, missing[:n]); err != nil {
+			return 0, err
+		}
+		created += n
+		missing = missing[n:]
 	}
 	return retryIn, ctl.setStatus(ctx, job, status, exhausted, now)
 }
@@ -324,21 +348,50 @@ func (ctl *Controller) finishStatus(ctx context.Context, t *troupev1.Task, st *t
 	return ctl.write(ctx, tx)
 }
 
-// create makes task i of job, pending for the job's scheduler.
-func (ctl *Controller) create(ctx context.Context, job *troupev1.Job, i, attempt int32, now time.Time) error {
+// Bounds of one request creating tasks, well inside the store's default
+// limits (1,024 groups, 4,096 operations, 4 MiB).
+const (
+	maxCreateTasks = 256
+	maxCreateBytes = 1 << 20
+)
+
+// createBatch returns how many of tasks, at least one, go in one request.
+func createBatch(tasks []*troupev1.Task) int {
+	size := 0
+	for i, t := range tasks {
+		size += proto.Size(t)
+		if i > 0 && (i == maxCreateTasks || size > maxCreateBytes) {
+			return i
+		}
+	}
+	return len(tasks)
+}
+
+// create writes tasks in one request, a group each on the condition that
+// the task does not exist: any that does fails the sync (the cache had not
+// shown it yet), and the job is synced again.
+func (ctl *Controller) create(ctx context.Context, tasks []*troupev1.Task) error {
+	tx := clientlib.NewTxn(ctl.c)
+	for _, t := range tasks {
+		clientlib.PutObject(tx.Group(), clientlib.Tasks, t)
+	}
+	return ctl.write(ctx, tx)
+}
+
+// newTask returns task i of job, its first attempt, pending for the job's
+// scheduler.
+func newTask(job *troupev1.Job, i int32, now time.Time) *troupev1.Task {
 	spec := job.GetSpec()
 	t := &troupev1.Task{
 		Metadata: &troupev1.ObjectMeta{Name: clientlib.TaskName(job.GetMetadata().GetName(), i), Namespace: job.GetMetadata().GetNamespace(),
 			Labels: job.GetMetadata().GetLabels()},
 		Spec: &troupev1.TaskSpec{Job: job.GetMetadata().GetName(), Index: i, Template: spec.GetTemplate(), Type: spec.GetType(),
 			Priority: spec.GetPriority(), Scheduler: spec.GetScheduler(), Constraints: spec.GetConstraints(),
-			Tolerations: spec.GetTolerations(), GangMin: spec.GetGangMin(), Attempt: attempt, Submitted: timestamppb.New(now)},
+			Tolerations: spec.GetTolerations(), GangMin: spec.GetGangMin(), Submitted: timestamppb.New(now)},
 		Status: &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_PENDING},
 	}
 	setRestarts(t.Spec, spec)
-	tx := clientlib.NewTxn(ctl.c)
-	clientlib.PutObject(tx.Group(), clientlib.Tasks, t)
-	return ctl.write(ctx, tx)
+	return t
 }
 
 // replace turns failed task t into its next attempt, pending again.

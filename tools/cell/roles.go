@@ -122,6 +122,10 @@ func (r *Roles) StartSchedulers(specs []SchedulerSpec, backoff time.Duration) er
 	return nil
 }
 
+// jobWorkers is how many jobs the job controller syncs at once, as
+// kube-controller-manager's --concurrent-job-syncs (5 there).
+const jobWorkers = 4
+
 // StartControllers starts the job, node-lifecycle and garbage-collection
 // controllers; the node controller checks leases every nodeInterval.
 func (r *Roles) StartControllers(nodeInterval time.Duration) error {
@@ -133,7 +137,7 @@ func (r *Roles) StartControllers(nodeInterval time.Duration) error {
 	if err != nil {
 		return err
 	}
-	jc, err := job.New(r.Client, job.Config{Now: time.Now, Logger: r.log, Queue: cache.DefaultQueueConfig(), Events: jobEvents})
+	jc, err := job.New(r.Client, job.Config{Now: time.Now, Logger: r.log, Queue: cache.DefaultQueueConfig(), Events: jobEvents, Workers: jobWorkers})
 	if err != nil {
 		return err
 	}
