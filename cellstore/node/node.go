@@ -49,8 +49,11 @@ type Node struct {
 	grpcLis    net.Listener
 	httpServer *http.Server
 	httpLis    net.Listener
-	stop       chan struct{} // ends the shards' proposers
-	closeOnce  sync.Once
+	stop       chan struct{} // ends the shards' proposers and promotion loops
+	// promoting: a joined node's promotion loops (learner.go); Close waits
+	// for them before closing the Raft host they read.
+	promoting sync.WaitGroup
+	closeOnce sync.Once
 }
 
 // Start starts a store node. It returns once the node serves gRPC; shards
@@ -172,7 +175,7 @@ func (n *Node) startRaft(meta cellMeta) error {
 	}
 	if joined {
 		for i := range cfg.Shards {
-			go backend.promoteWhenCaughtUp(i, n.stop)
+			n.promoting.Go(func() { backend.promoteWhenCaughtUp(i, n.stop) })
 		}
 	}
 	scfg := cfg.Server
@@ -181,6 +184,7 @@ func (n *Node) startRaft(meta cellMeta) error {
 	srv, err := server.New(scfg, backend, n.hub, cfg.Shards)
 	if err != nil {
 		close(n.stop)
+		n.promoting.Wait()
 		nh.Close()
 		return err
 	}
@@ -327,6 +331,7 @@ func (n *Node) Close() {
 		}
 		n.grpcServer.Stop()
 		close(n.stop)
+		n.promoting.Wait()
 		n.nh.Close()
 	})
 }
