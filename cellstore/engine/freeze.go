@@ -23,7 +23,11 @@ import (
 // like any other, with the time it lapses: once the shard's clock (the
 // largest proposal time seen) reaches it, the shard is no longer frozen,
 // so a driver that dies never leaves it frozen. One freeze at a time: a
-// FREEZE naming another while one holds is refused.
+// FREEZE naming another while one holds is refused. THAW leaves the
+// record lapsed rather than deleting it, and a FREEZE naming the freeze
+// recorded lapsed is void: a copy of a FREEZE that reaches the log after
+// its backup's THAW (a proposal retried after a timeout) cannot freeze
+// the shard again. Every backup attempt names a new freeze.
 
 // FreezeKey is where the shard's freeze record is kept.
 func FreezeKey() []byte { return []byte(metaFreeze) }
@@ -111,9 +115,10 @@ func freeze(st Storage, p *storev1.Proposal, now int64) (*Result, error) {
 	switch {
 	case holds(cur, now) && cur.GetId() == p.GetTxnId():
 		return freezeStatusOutcome(st, true)
-	case holds(cur, now) || p.GetTxnId() == "" || !holds(&storev1.Freeze{UntilUnixNanos: p.GetFreezeUntilUnixNanos()}, now):
-		// Another backup holds the shard, or this freeze is void or
-		// would have lapsed already.
+	case holds(cur, now) || p.GetTxnId() == "" || cur.GetId() == p.GetTxnId() ||
+		!holds(&storev1.Freeze{UntilUnixNanos: p.GetFreezeUntilUnixNanos()}, now):
+		// Another backup holds the shard, this one was thawed or lapsed
+		// already, or this freeze is void or would have lapsed already.
 		return freezeStatusOutcome(st, false)
 	}
 	b, err := proto.Marshal(&storev1.Freeze{Id: p.GetTxnId(), UntilUnixNanos: p.GetFreezeUntilUnixNanos()})
@@ -126,9 +131,10 @@ func freeze(st Storage, p *storev1.Proposal, now int64) (*Result, error) {
 	return freezeStatusOutcome(st, true)
 }
 
-// thaw lifts the freeze p names (held or lapsed); a freeze of another id
-// stays. Outcome.Frozen says whether p's freeze still held until now: if
-// it did, no commit applied on the shard since the FREEZE.
+// thaw lifts the freeze p names (held or lapsed), recording it lapsed at
+// now; a freeze of another id stays. Outcome.Frozen says whether p's
+// freeze still held until now: if it did, no commit applied on the shard
+// since the FREEZE.
 func thaw(st Storage, p *storev1.Proposal, now int64) (*Result, error) {
 	cur, err := readFreeze(st)
 	if err != nil {
@@ -137,7 +143,11 @@ func thaw(st Storage, p *storev1.Proposal, now int64) (*Result, error) {
 	if cur == nil || cur.GetId() != p.GetTxnId() {
 		return freezeStatusOutcome(st, false)
 	}
-	if err := st.Delete([]byte(metaFreeze)); err != nil {
+	b, err := proto.Marshal(&storev1.Freeze{Id: cur.GetId(), UntilUnixNanos: min(cur.GetUntilUnixNanos(), now)})
+	if err != nil {
+		return nil, err
+	}
+	if err := st.Set([]byte(metaFreeze), b); err != nil {
 		return nil, err
 	}
 	res, err := freezeStatusOutcome(st, false)

@@ -114,8 +114,8 @@ func TestFreezeRefusesNewCommits(t *testing.T) {
 	if !res.Outcome.GetFrozen() || res.Outcome.GetPrepared() != 0 || res.Outcome.GetRevision() != 3 {
 		t.Fatalf("thaw: %v", res.Outcome)
 	}
-	if f := status(t, st); f.Frozen() || f.Freeze != nil {
-		t.Fatalf("status after thaw: %+v", f)
+	if f := status(t, st); f.Frozen() || f.Freeze.GetUntilUnixNanos() != 60 {
+		t.Fatalf("status after thaw: %+v, want the freeze recorded lapsed at 60", f)
 	}
 	if res := mustApply(t, st, putP("during", 70, "/a", "2")); res.Outcome.GetFrozen() || res.Outcome.GetDuplicate() || !res.Outcome.GetGroups()[0].GetCommitted() {
 		t.Fatalf("refused put after thaw: %v", res.Outcome)
@@ -147,11 +147,11 @@ func TestFreezeLapses(t *testing.T) {
 	if res := mustApply(t, st, thawP("backup", 210)); res.Outcome.GetFrozen() {
 		t.Fatalf("thaw of a lapsed freeze says it held: %v", res.Outcome)
 	}
-	if f := status(t, st); f.Freeze != nil {
-		t.Fatalf("the thaw left %v", f.Freeze)
+	if f := status(t, st); f.Frozen() || f.Freeze.GetId() != "backup" || f.Freeze.GetUntilUnixNanos() != 200 {
+		t.Fatalf("the thaw left %v, want the freeze recorded lapsed at 200", f.Freeze)
 	}
 	// A freeze that would lapse at once is not taken.
-	if res := mustApply(t, st, freezeP("late", 220, 215)); res.Outcome.GetFrozen() || status(t, st).Freeze != nil {
+	if res := mustApply(t, st, freezeP("late", 220, 215)); res.Outcome.GetFrozen() || status(t, st).Freeze.GetId() != "backup" {
 		t.Fatalf("freeze ending in the past: %v", res.Outcome)
 	}
 }
@@ -176,5 +176,25 @@ func TestOneFreezeAtATime(t *testing.T) {
 	}
 	if !bytes.Equal(FreezeKey(), []byte(metaFreeze)) {
 		t.Fatal("FreezeKey")
+	}
+}
+
+// A copy of a FREEZE that reaches the log after its backup's THAW (a
+// retried proposal) is void: the shard stays writable, and the next
+// backup's freeze, under a new id, holds.
+func TestFreezeAfterItsThawIsVoid(t *testing.T) {
+	st := NewMemStorage()
+	mustApply(t, st, freezeP("backup", 100, 500))
+	if res := mustApply(t, st, thawP("backup", 150)); !res.Outcome.GetFrozen() {
+		t.Fatalf("thaw: %v", res.Outcome)
+	}
+	if res := mustApply(t, st, freezeP("backup", 100, 500)); res.Outcome.GetFrozen() || status(t, st).Frozen() {
+		t.Fatalf("the FREEZE again after its THAW: %v, status %+v", res.Outcome, status(t, st))
+	}
+	if res := mustApply(t, st, putP("a", 160, "/a", "1")); res.Outcome.GetFrozen() || !res.Outcome.GetGroups()[0].GetCommitted() {
+		t.Fatalf("put after the late FREEZE: %v", res.Outcome)
+	}
+	if res := mustApply(t, st, freezeP("next", 170, 500)); !res.Outcome.GetFrozen() || !status(t, st).FrozenBy("next") {
+		t.Fatalf("the next backup's freeze: %v, status %+v", res.Outcome, status(t, st))
 	}
 }
