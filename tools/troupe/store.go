@@ -66,6 +66,7 @@ func runStore(args []string) error {
 	fs.DurationVar(&cfg.Server.ProgressInterval, "progress-interval", cfg.Server.ProgressInterval, "how often idle watchers get a progress notification")
 	fs.IntVar(&cfg.Server.MaxInflight, "max-inflight", cfg.Server.MaxInflight, "proposals in flight before commits get RESOURCE_EXHAUSTED")
 	fs.DurationVar(&cfg.Server.TxnTimeout, "txn-timeout", cfg.Server.TxnTimeout, "how long a cross-shard transaction may stay prepared before its shards' leaders resolve it")
+	fs.DurationVar(&cfg.Server.FreezeTimeout, "backup-freeze-timeout", cfg.Server.FreezeTimeout, "the longest a backup may keep the cell's writes paused (its freeze lapses by itself then)")
 	fs.DurationVar(&cfg.Server.PrepareDelay, "fault-prepare-delay", 0, "FAULT TESTS ONLY: wait this long after a cross-shard transaction's prepares, before its resolution and reply")
 	level := fs.String("log-level", "warn", "log level: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
