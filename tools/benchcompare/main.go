@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/troupe-cluster/troupe/cellstore/node"
 	"github.com/troupe-cluster/troupe/tools/bench"
 )
 
@@ -26,6 +27,9 @@ func main() {
 		fmt.Fprintln(os.Stderr, "benchcompare:", err)
 		os.Exit(2)
 	}
+	// Both systems' members run in this process, as store nodes do in
+	// troupe up and troupe store: with twice as many Ps as the default.
+	node.RaiseGOMAXPROCS()
 	stopProfile, err := opts.StartProfile()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "benchcompare:", err)

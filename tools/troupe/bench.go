@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/troupe-cluster/troupe/cellstore/node"
 	"github.com/troupe-cluster/troupe/schedulers/framework"
 	"github.com/troupe-cluster/troupe/tools/bench"
 )
@@ -55,7 +56,9 @@ func runBench(args []string) error {
 	start := func(ctx context.Context, dir string, shards int) (bench.System, func() error, error) {
 		return bench.StartLocalTroupe(ctx, dir, o.Replicas, shards, logger)
 	}
-	if *endpoints != "" {
+	if *endpoints == "" {
+		node.RaiseGOMAXPROCS() // the cell runs in this process
+	} else {
 		// An existing cell serves the workloads of its own shard count.
 		start = func(ctx context.Context, _ string, shards int) (bench.System, func() error, error) {
 			t, err := bench.ConnectTroupe(ctx, strings.Split(*endpoints, ","))
@@ -121,6 +124,7 @@ func runScheduleBench(args []string) error {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	debug.SetGCPercent(*gogc)
+	node.RaiseGOMAXPROCS()
 	var counts []int
 	for _, f := range strings.Split(*schedulers, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))

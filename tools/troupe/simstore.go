@@ -5,6 +5,7 @@ import (
 	"flag"
 	"strings"
 
+	"github.com/troupe-cluster/troupe/cellstore/node"
 	"github.com/troupe-cluster/troupe/tools/sim"
 	"github.com/troupe-cluster/troupe/tools/sim/experiment"
 	"github.com/troupe-cluster/troupe/tools/sim/storerun"
@@ -24,6 +25,8 @@ func simStoreRunner(fs *flag.FlagSet) experiment.Runner {
 		o := storerun.Options{Compress: *compress}
 		if *store != "embedded" {
 			o.Store = strings.Split(*store, ",")
+		} else {
+			node.RaiseGOMAXPROCS()
 		}
 		return o.Run(ctx, cfg, src)
 	}

@@ -48,6 +48,7 @@ func runStore(args []string) error {
 			return runRestore(args[1:])
 		}
 	}
+	node.RaiseGOMAXPROCS()
 	cfg := node.DefaultConfig()
 	fs := flag.NewFlagSet("store", flag.ContinueOnError)
 	fs.Uint64Var(&cfg.NodeID, "node-id", cfg.NodeID, "this node's ID in the cell (non-zero)")

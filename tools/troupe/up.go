@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/troupe-cluster/troupe/agents/agent"
+	"github.com/troupe-cluster/troupe/cellstore/node"
 	"github.com/troupe-cluster/troupe/tools/cell"
 )
 
@@ -27,6 +28,7 @@ func runUp(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	node.RaiseGOMAXPROCS()
 	log, err := newLogger(*level)
 	if err != nil {
 		return err
