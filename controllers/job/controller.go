@@ -22,12 +22,13 @@
 //
 // Each change is its own small transaction with version conditions, but
 // for the creation of tasks, whose puts go in as few requests as the
-// store's limits allow (one group per task, each on the condition that the
-// task does not exist yet); a conflict requeues the job. Once a change is written it is recorded as
-// an Event (Config.Events): tasks created (TasksCreated) or stopped above a
-// reduced count (ScaledDown), a task failed (Failed, with its exit code),
-// retried (Retrying, n of max_retries) or, for a service, replaced
-// (Replaced), and the job succeeded, failed or stopped.
+// store's limits allow (one group per task, each on the condition that
+// the task does not exist yet); a conflict requeues the job. Once a
+// change is written it is recorded as an Event (Config.Events): tasks
+// created (TasksCreated) or stopped above a reduced count (ScaledDown), a
+// task failed (Failed, with its exit code), retried (Retrying, n of
+// max_retries) or, for a service, replaced (Replaced), and the job
+// succeeded, failed or stopped.
 package job
 
 import (
