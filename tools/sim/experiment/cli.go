@@ -9,6 +9,7 @@ import (
 	"io"
 	"maps"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -133,9 +134,13 @@ func (c Command) Run(ctx context.Context, args []string) error {
 	if len(args) > 0 && args[0] == "sweep" {
 		return c.sweep(ctx, args[1:])
 	}
+	if len(args) > 0 && args[0] == "redraw" {
+		return c.redraw(args[1:])
+	}
 	fs, f := c.flagSet(c.Name, func(fs *flag.FlagSet) {
 		fmt.Fprintf(c.Stderr, "usage: %s [flags]: one simulation, its measures as JSON\n       %s sweep NAME -out DIR [flags]: an experiment (%s sweep -h)\n\n",
 			c.Name, c.Name, c.Name)
+		fmt.Fprintf(c.Stderr, "       %s redraw -in DIR [-out DIR]: a sweep's CSV files, plots and report again from its results.json\n\n", c.Name)
 		fs.PrintDefaults()
 	})
 	if err := fs.Parse(args); err != nil {
@@ -311,4 +316,31 @@ func provenance() string {
 		p += " (with uncommitted changes in the work tree)"
 	}
 	return p
+}
+
+// redraw is `redraw -in DIR [-out DIR]`: a sweep's CSV files, plots and
+// report written again from its results.json (Load, Results.Redraw).
+func (c Command) redraw(args []string) error {
+	fs := flag.NewFlagSet(c.Name+" redraw", flag.ContinueOnError)
+	fs.SetOutput(c.Stderr)
+	in := fs.String("in", "", "directory of a sweep's results (its results.json)")
+	out := fs.String("out", "", "directory to write into (default: -in)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *in == "" || fs.NArg() > 0 {
+		return fmt.Errorf("%s redraw: want -in DIR [-out DIR], got %q", c.Name, args)
+	}
+	if *out == "" {
+		*out = *in
+	}
+	res, err := Load(*in)
+	if err != nil {
+		return err
+	}
+	if err := res.Redraw(*out); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.Stderr, "%s redraw: report in %s\n", c.Name, filepath.Join(*out, ReportMD))
+	return nil
 }

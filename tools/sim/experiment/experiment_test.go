@@ -139,7 +139,14 @@ func TestDeterministicAcrossParallelism(t *testing.T) {
 		}
 		dirs = append(dirs, dir)
 	}
-	entries, err := os.ReadDir(dirs[0])
+	sameFiles(t, dirs[0], dirs[1], "between 1 and 4 runs at once")
+}
+
+// sameFiles checks that every file of dir a but the timings is in dir b,
+// byte for byte.
+func sameFiles(t *testing.T, a, b, what string) {
+	t.Helper()
+	entries, err := os.ReadDir(a)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,11 +154,37 @@ func TestDeterministicAcrossParallelism(t *testing.T) {
 		if e.Name() == TimingsCSV {
 			continue
 		}
-		a, _ := os.ReadFile(filepath.Join(dirs[0], e.Name()))
-		b, err := os.ReadFile(filepath.Join(dirs[1], e.Name()))
-		if err != nil || !bytes.Equal(a, b) {
-			t.Errorf("%s differs between 1 and 4 runs at once (%v)", e.Name(), err)
+		x, _ := os.ReadFile(filepath.Join(a, e.Name()))
+		y, err := os.ReadFile(filepath.Join(b, e.Name()))
+		if err != nil || !bytes.Equal(x, y) {
+			t.Errorf("%s differs %s (%v)", e.Name(), what, err)
 		}
+	}
+}
+
+// redraw writes a sweep's files again from its results.json: the same
+// CSV files, plots and report, byte for byte, and no timings (they are
+// not in the JSON).
+func TestRedrawFromResults(t *testing.T) {
+	sw, _ := LookupSweep("conflict-modes")
+	base := DefaultParams()
+	base.Horizon = smallWorkload(t, "testdata/small.yaml").Span
+	e := &Experiment{Sweep: sw, XS: []float64{0.1, 1}, Base: base, Workload: smallWorkload(t, "testdata/small.yaml"),
+		Seeds: []uint64{1, 2}, Parallel: 2, Command: "test"}
+	dir, again := t.TempDir(), t.TempDir()
+	if err := runExperiment(t, e).Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	c := Command{Name: "troupe sim", Stdout: io.Discard, Stderr: io.Discard}
+	if err := c.Run(t.Context(), []string{"redraw", "-in", dir, "-out", again}); err != nil {
+		t.Fatal(err)
+	}
+	sameFiles(t, dir, again, "when redrawn")
+	if _, err := os.Stat(filepath.Join(again, TimingsCSV)); !os.IsNotExist(err) {
+		t.Errorf("redraw wrote %s (%v)", TimingsCSV, err)
+	}
+	if err := c.Run(t.Context(), []string{"redraw", "-out", again}); err == nil {
+		t.Error("redraw without -in did not fail")
 	}
 }
 

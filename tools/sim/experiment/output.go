@@ -3,6 +3,7 @@ package experiment
 import (
 	"encoding/csv"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,9 +23,30 @@ const (
 	ReportMD      = "report.md"
 )
 
+// Load reads the results an experiment wrote into dir (its ResultsJSON).
+// The runs' wall-clock times are not in it.
+func Load(dir string) (*Results, error) {
+	b, err := os.ReadFile(filepath.Join(dir, ResultsJSON))
+	if err != nil {
+		return nil, err
+	}
+	res := &Results{}
+	if err := json.Unmarshal(b, res); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, ResultsJSON), err)
+	}
+	return res, nil
+}
+
+// Redraw writes into dir what Write does but the timings, from results
+// read back by Load: the CSV files, the plots and the report, say after
+// a change to how they are drawn, without running the experiment again.
+func (res *Results) Redraw(dir string) error { return res.write(dir, false) }
+
 // Write writes the results into dir (created if need be): the JSON and
 // CSV files, the plots and the report.
-func (res *Results) Write(dir string) error {
+func (res *Results) Write(dir string) error { return res.write(dir, true) }
+
+func (res *Results) write(dir string, timings bool) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -39,6 +61,9 @@ func (res *Results) Write(dir string) error {
 		name string
 		rows func() [][]string
 	}{{RunsCSV, res.runRows}, {SchedulersCSV, res.schedulerRows}, {SummaryCSV, res.summaryRows}, {TimingsCSV, res.timingRows}} {
+		if f.name == TimingsCSV && !timings {
+			continue
+		}
 		if err := writeCSV(filepath.Join(dir, f.name), f.rows()); err != nil {
 			return err
 		}
