@@ -69,6 +69,11 @@ func Apply(st Storage, p *storev1.Proposal) (*Result, error) {
 		return freeze(st, p, now)
 	case storev1.Phase_PHASE_THAW:
 		return thaw(st, p, now)
+	case storev1.Phase_PHASE_APPLY:
+	default:
+		// A phase from a newer binary: applying it as a plain commit
+		// would make this replica's state differ from the others'.
+		return nil, fmt.Errorf("engine: proposal phase %d is unknown to this binary; upgrade every member before the cell uses it", p.GetPhase())
 	}
 	if rec, err := lookupTxn(st, p.GetTxnId(), now); err != nil {
 		return nil, err

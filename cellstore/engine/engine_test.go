@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
@@ -293,5 +294,16 @@ func TestKeys(t *testing.T) {
 	}
 	if _, err := DecodeUint64([]byte{1, 2}); err == nil {
 		t.Error("DecodeUint64 of 2 bytes: no error")
+	}
+}
+
+// A proposal of a phase this binary does not know (a newer binary's) is
+// an error, not a plain commit: the replica stops rather than let its
+// state differ from its peers'.
+func TestUnknownPhaseIsAnError(t *testing.T) {
+	_, err := Apply(NewMemStorage(), &storev1.Proposal{TxnId: "t", Phase: storev1.Phase(99), NowUnixNanos: 1,
+		Groups: []*storev1.Group{{Ops: []*storev1.Op{putOp("/a", "1")}}}, GroupIndexes: []uint32{0}})
+	if err == nil || !strings.Contains(err.Error(), "phase 99 is unknown") {
+		t.Fatalf("Apply of phase 99: %v", err)
 	}
 }
