@@ -180,7 +180,7 @@ func (s *Scheduler) assume(res *framework.Result) {
 		return
 	}
 	for _, w := range res.Counters {
-		s.view.SetCounter(w.Key, w.Value, w.Version)
+		s.view.AssumeCounter(w.Key, w.Value, w.Version)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

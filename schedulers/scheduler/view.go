@@ -75,12 +75,31 @@ func (v *MachineView) DeleteMachine(name string) {
 }
 
 // SetCounter records the value and version of the counter at key
-// (/alloc/<machine>/<resource>), unless the view already holds a later
-// version: the scheduler assumes its own commits' counters before the
-// cache shows them, and an older event must not undo that.
+// (/alloc/<machine>/<resource>) as the store holds it, unless the view
+// already holds a later version: the scheduler assumes its own commits'
+// counters before the cache shows them (AssumeCounter), and an older
+// event must not undo that. An event at the version assumed replaces the
+// assumed value with the store's.
 func (v *MachineView) SetCounter(key string, value int64, version uint64) {
 	v.updateCounter(key, func(e *viewEntry, r string) {
 		if version >= e.versions[r] {
+			e.alloc[r], e.versions[r] = value, version
+		}
+	})
+}
+
+// AssumeCounter records what a scheduler's own commit wrote to the
+// counter at key, before the cache shows it, unless the view already
+// holds that version or a later one. value may be only an estimate (a
+// fine-grained commit adds to the counter without reading it, so others'
+// commits since the decision's snapshot are not in it); the store's
+// value at the same version (SetCounter, from the watch) is exact, so it
+// is never replaced by an assumption: the view would otherwise keep the
+// estimate until the counter next changed, and every decision on the
+// machine meanwhile would plan on room that is not there and conflict.
+func (v *MachineView) AssumeCounter(key string, value int64, version uint64) {
+	v.updateCounter(key, func(e *viewEntry, r string) {
+		if version > e.versions[r] {
 			e.alloc[r], e.versions[r] = value, version
 		}
 	})
