@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/troupe-cluster/troupe/cellstore/authz"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -55,7 +56,7 @@ func NewAdmin(s *Server, cluster Cluster) *Admin {
 
 // ListMembers implements storev1.AdminServer.
 func (a *Admin) ListMembers(ctx context.Context, _ *storev1.ListMembersRequest) (*storev1.ListMembersResponse, error) {
-	if err := a.s.admit(ctx, Access{Method: "ListMembers"}); err != nil {
+	if err := a.s.admit(ctx, Access{Method: "ListMembers", Call: authz.CallListMembers}); err != nil {
 		return nil, err
 	}
 	ms, err := a.cluster.Members(ctx)
@@ -76,7 +77,7 @@ func (a *Admin) AddMember(ctx context.Context, req *storev1.AddMemberRequest) (*
 	if n := req.GetShardCount(); n != 0 && n != a.s.router.Shards() {
 		return nil, errf(errShardsDiffer, "add member: node %d has %d shards, the cell %d; the shard count cannot change", req.GetNodeId(), n, a.s.router.Shards())
 	}
-	if err := a.s.admit(ctx, Access{Method: "AddMember", Write: true}); err != nil {
+	if err := a.s.admit(ctx, Access{Method: "AddMember", Call: authz.CallChangeMembers}); err != nil {
 		return nil, err
 	}
 	if err := a.cluster.AddMember(ctx, req.GetNodeId(), req.GetRaftAddress()); err != nil {
@@ -91,7 +92,7 @@ func (a *Admin) RemoveMember(ctx context.Context, req *storev1.RemoveMemberReque
 	if req.GetNodeId() == 0 {
 		return nil, errNoMemberID
 	}
-	if err := a.s.admit(ctx, Access{Method: "RemoveMember", Write: true}); err != nil {
+	if err := a.s.admit(ctx, Access{Method: "RemoveMember", Call: authz.CallChangeMembers}); err != nil {
 		return nil, err
 	}
 	if err := a.cluster.RemoveMember(ctx, req.GetNodeId()); err != nil {
@@ -106,7 +107,7 @@ func (a *Admin) RemoveMember(ctx context.Context, req *storev1.RemoveMemberReque
 // with the shard's revision and checksum.
 func (a *Admin) Backup(_ *storev1.BackupRequest, stream storev1.Admin_BackupServer) error {
 	ctx := stream.Context()
-	if err := a.s.admit(ctx, Access{Method: "Backup"}); err != nil {
+	if err := a.s.admit(ctx, Access{Method: "Backup", Call: authz.CallBackup}); err != nil {
 		return err
 	}
 	pins, err := a.s.consistentCut(ctx, a.cluster)

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/troupe-cluster/troupe/cellstore/authz"
 	"github.com/troupe-cluster/troupe/cellstore/engine"
 	"github.com/troupe-cluster/troupe/cellstore/watch"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
@@ -89,11 +90,11 @@ func (s *chunkStream) Send(c *storev1.BackupChunk) error {
 
 func (s *chunkStream) Context() context.Context { return context.Background() }
 
-// denyWrites is an Authorizer that refuses every write.
-type denyWrites struct{}
+// denyChanges is an Authorizer that refuses membership changes.
+type denyChanges struct{}
 
-func (denyWrites) Authorize(_ context.Context, a Access) error {
-	if a.Write {
+func (denyChanges) Authorize(_ context.Context, a Access) error {
+	if a.Call == authz.CallChangeMembers {
 		return status.Error(codes.PermissionDenied, "read only")
 	}
 	return nil
@@ -187,7 +188,7 @@ func TestAdminMembershipChecks(t *testing.T) {
 		t.Errorf("the cluster saw %v, want the two valid adds", c.calls)
 	}
 
-	ro := newTestAdmin(t, 2, denyWrites{}, c)
+	ro := newTestAdmin(t, 2, denyChanges{}, c)
 	if _, err := ro.RemoveMember(ctx, &storev1.RemoveMemberRequest{NodeId: 2}); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("unauthorized remove: %v", err)
 	}

@@ -21,6 +21,8 @@ type Metrics struct {
 	compacted     prometheus.Counter
 	frozen        prometheus.Counter   // proposals a frozen shard refused
 	backupFreeze  prometheus.Histogram // how long each backup this node drove kept the cell frozen
+	denied        *prometheus.CounterVec // requests refused by authorization, by role and method
+	throttled     *prometheus.CounterVec // commits refused for their identity's share of MaxInflight, by role
 }
 
 // NewMetrics creates the metrics and registers them with reg (nil: not
@@ -50,9 +52,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "troupe_store_backup_freeze_seconds", Help: "How long each backup this node drove kept the cell frozen (from its FREEZE to its THAW).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
 		}),
+		denied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "troupe_store_permission_denied_total", Help: "Requests refused by authorization (PERMISSION_DENIED), by the caller's role and the method.",
+		}, []string{"role", "method"}),
+		throttled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "troupe_store_identity_throttled_total", Help: "Commits refused (RESOURCE_EXHAUSTED) because their caller's identity held its share of the proposals in flight, by role.",
+		}, []string{"role"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.commits, m.groupFailures, m.commitLatency, m.reads, m.watchers, m.watchEvents, m.compacted, m.frozen, m.backupFreeze)
+		reg.MustRegister(m.commits, m.groupFailures, m.commitLatency, m.reads, m.watchers, m.watchEvents, m.compacted, m.frozen, m.backupFreeze, m.denied, m.throttled)
 	}
 	return m
 }

@@ -21,12 +21,13 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"golang.org/x/sync/semaphore"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/troupe-cluster/troupe/cellstore/authz"
 	"github.com/troupe-cluster/troupe/cellstore/engine"
 	"github.com/troupe-cluster/troupe/cellstore/keyspace"
+	"github.com/troupe-cluster/troupe/cellstore/pki"
 	"github.com/troupe-cluster/troupe/cellstore/statemachine"
 	"github.com/troupe-cluster/troupe/cellstore/watch"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
@@ -57,6 +58,11 @@ type Config struct {
 	// MaxInflight bounds the proposals in flight on this node; beyond it
 	// commits fail fast with RESOURCE_EXHAUSTED.
 	MaxInflight int
+	// MaxInflightPerIdentity bounds one identity's share of MaxInflight:
+	// beyond it that identity's commits fail fast with RESOURCE_EXHAUSTED
+	// while others' still run. Callers without an identity (no TLS) are
+	// bound by MaxInflight alone.
+	MaxInflightPerIdentity int
 	// TxnTimeout is how long a cross-shard transaction may stay prepared
 	// before any leader that finds it settles it (aborting it unless
 	// every participant prepared).
@@ -89,12 +95,15 @@ func DefaultConfig() Config {
 		LogRetention:     100000,
 		ProgressInterval: time.Second,
 		MaxInflight:      4096,
-		TxnTimeout:       5 * time.Second,
-		FreezeTimeout:    2 * time.Second,
-		FrozenRetry:      2 * time.Millisecond,
-		Authorizer:       AllowAll{},
-		Now:              time.Now,
-		Logger:           zap.NewNop(),
+		// A quarter: three identities flooding at once leave room for
+		// everyone else.
+		MaxInflightPerIdentity: 1024,
+		TxnTimeout:             5 * time.Second,
+		FreezeTimeout:          2 * time.Second,
+		FrozenRetry:            2 * time.Millisecond,
+		Authorizer:             AllowAll{},
+		Now:                    time.Now,
+		Logger:                 zap.NewNop(),
 	}
 }
 
@@ -112,6 +121,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("server: ProgressInterval must be positive, got %v", c.ProgressInterval)
 	case c.MaxInflight <= 0:
 		return fmt.Errorf("server: MaxInflight must be positive, got %d", c.MaxInflight)
+	case c.MaxInflightPerIdentity <= 0 || c.MaxInflightPerIdentity > c.MaxInflight:
+		return fmt.Errorf("server: MaxInflightPerIdentity must be in [1, MaxInflight=%d], got %d", c.MaxInflight, c.MaxInflightPerIdentity)
 	case c.TxnTimeout <= 0:
 		return fmt.Errorf("server: TxnTimeout must be positive, got %v", c.TxnTimeout)
 	case c.FreezeTimeout <= 0 || c.FrozenRetry <= 0:
@@ -129,7 +140,7 @@ type Server struct {
 	backend  Backend
 	hub      *watch.Hub
 	router   keyspace.Router
-	inflight *semaphore.Weighted // one unit per proposal in flight
+	inflight *inflight // one unit per proposal in flight
 }
 
 var _ storev1.StoreServer = (*Server)(nil)
@@ -142,7 +153,8 @@ func New(cfg Config, backend Backend, hub *watch.Hub, shards uint32) (*Server, e
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
 	}
-	return &Server{cfg: cfg, backend: backend, hub: hub, router: keyspace.NewRouter(shards), inflight: semaphore.NewWeighted(int64(cfg.MaxInflight))}, nil
+	return &Server{cfg: cfg, backend: backend, hub: hub, router: keyspace.NewRouter(shards),
+		inflight: newInflight(cfg.MaxInflight, cfg.MaxInflightPerIdentity, func(id pki.Identity) { cfg.Metrics.throttled.WithLabelValues(id.Role).Inc() })}, nil
 }
 
 // Commit implements storev1.StoreServer.
@@ -160,7 +172,7 @@ func (s *Server) Commit(ctx context.Context, req *storev1.CommitRequest) (resp *
 			shardOf[i] = shards[0]
 		}
 	}
-	if err := s.admit(ctx, Access{Method: "Commit", Keys: commitKeys(req), Write: true}); err != nil {
+	if err := s.admit(ctx, Access{Method: "Commit", Keys: commitAccess(req)}); err != nil {
 		return nil, err
 	}
 	resp = &storev1.CommitResponse{Groups: make([]*storev1.GroupResult, len(req.GetGroups())), ShardCount: s.router.Shards()}
@@ -254,14 +266,6 @@ func groupKeys(g *storev1.Group) []string {
 	return keys
 }
 
-func commitKeys(req *storev1.CommitRequest) []string {
-	var keys []string
-	for _, g := range req.GetGroups() {
-		keys = append(keys, groupKeys(g)...)
-	}
-	return keys
-}
-
 type shardProposal struct {
 	shard uint32
 	p     *storev1.Proposal
@@ -306,10 +310,11 @@ func requestHash(req *storev1.CommitRequest) uint64 {
 // merges their outcomes into resp.
 func (s *Server) propose(ctx context.Context, props []shardProposal, resp *storev1.CommitResponse) error {
 	// All of a request's slots are taken at once or none are.
-	if !s.inflight.TryAcquire(int64(len(props))) {
-		return errOverloaded
+	release, err := s.inflight.acquire(ctx, len(props))
+	if err != nil {
+		return err
 	}
-	defer s.inflight.Release(int64(len(props)))
+	defer release()
 	outs := make([]*storev1.Outcome, len(props))
 	errs := make([]error, len(props))
 	todo := make([]int, len(props))
@@ -366,7 +371,7 @@ func (s *Server) Get(ctx context.Context, req *storev1.GetRequest) (*storev1.Get
 	if err := s.cfg.Limits.checkKey("get", req.GetKey()); err != nil {
 		return nil, err
 	}
-	if err := s.admit(ctx, Access{Method: "Get", Keys: []string{req.GetKey()}}); err != nil {
+	if err := s.admit(ctx, Access{Method: "Get", Keys: []KeyOp{{Key: req.GetKey(), Op: authz.OpRead}}}); err != nil {
 		return nil, err
 	}
 	res, err := s.backend.Read(ctx, s.router.Shard(req.GetKey()), statemachine.GetQuery{Key: req.GetKey()}, !req.GetStale())
@@ -381,7 +386,7 @@ func (s *Server) Get(ctx context.Context, req *storev1.GetRequest) (*storev1.Get
 // Range implements storev1.StoreServer. With several shards under the
 // prefix it reads a page from each and merges them in key order.
 func (s *Server) Range(ctx context.Context, req *storev1.RangeRequest) (*storev1.RangeResponse, error) {
-	if err := s.admit(ctx, Access{Method: "Range", Prefix: req.GetPrefix()}); err != nil {
+	if err := s.admit(ctx, Access{Method: "Range", Prefix: req.GetPrefix(), PrefixOp: authz.OpRead}); err != nil {
 		return nil, err
 	}
 	after := string(req.GetContinuation())
@@ -445,7 +450,7 @@ func (s *Server) localCursor() keyspace.Cursor {
 
 // Status implements storev1.StoreServer.
 func (s *Server) Status(ctx context.Context, _ *storev1.StatusRequest) (*storev1.StatusResponse, error) {
-	if err := s.admit(ctx, Access{Method: "Status"}); err != nil {
+	if err := s.admit(ctx, Access{Method: "Status", Call: authz.CallStatus}); err != nil {
 		return nil, err
 	}
 	return s.backend.Status(ctx)

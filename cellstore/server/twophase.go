@@ -94,10 +94,11 @@ func (s *Server) splitGroup(g *storev1.Group) map[uint32]*storev1.Group {
 // its outcome; recovery finishes it after its deadline).
 // It reports whether the outcome was remembered from an earlier attempt.
 func (s *Server) commitCrossShard(ctx context.Context, x *crossShard, resp *storev1.CommitResponse) (duplicate bool, err error) {
-	if !s.inflight.TryAcquire(int64(len(x.participants))) {
-		return false, errOverloaded
+	release, err := s.inflight.acquire(ctx, len(x.participants))
+	if err != nil {
+		return false, err
 	}
-	defer s.inflight.Release(int64(len(x.participants)))
+	defer release()
 	states, errs, err := s.prepare(ctx, x)
 	if err != nil {
 		return false, err // nothing was prepared anywhere

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc/status"
 
+	"github.com/troupe-cluster/troupe/cellstore/authz"
 	"github.com/troupe-cluster/troupe/cellstore/keyspace"
 	"github.com/troupe-cluster/troupe/cellstore/watch"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
@@ -37,7 +38,7 @@ type shardBatch struct {
 // it.
 func (s *Server) Watch(req *storev1.WatchRequest, stream storev1.Store_WatchServer) error {
 	ctx := stream.Context()
-	if err := s.admit(ctx, Access{Method: "Watch", Prefix: req.GetPrefix()}); err != nil {
+	if err := s.admit(ctx, Access{Method: "Watch", Prefix: req.GetPrefix(), PrefixOp: authz.OpWatch}); err != nil {
 		return err
 	}
 	cursor := s.localCursor()
