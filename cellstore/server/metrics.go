@@ -19,8 +19,8 @@ type Metrics struct {
 	watchers      prometheus.Gauge
 	watchEvents   prometheus.Counter
 	compacted     prometheus.Counter
-	frozen        prometheus.Counter   // proposals a frozen shard refused
-	backupFreeze  prometheus.Histogram // how long each backup this node drove kept the cell frozen
+	frozen        prometheus.Counter     // proposals a frozen shard refused
+	backupFreeze  prometheus.Histogram   // how long each backup this node drove kept the cell frozen
 	denied        *prometheus.CounterVec // requests refused by authorization, by role and method
 	throttled     *prometheus.CounterVec // commits refused for their identity's share of MaxInflight, by role
 }
