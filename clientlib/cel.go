@@ -44,7 +44,7 @@ var builtinRules = map[string][]*troupev1.ValidationRule{
 var kindTypes = map[string]string{
 	"Machine": "troupe.v1.Machine", "Lease": "troupe.v1.Lease", "Job": "troupe.v1.Job", "Task": "troupe.v1.Task",
 	"Binding": "troupe.v1.Binding", "Run": "troupe.v1.Run", "SchedulerInfo": "troupe.v1.SchedulerInfo",
-	"ValidationPolicy": "troupe.v1.ValidationPolicy", "Event": "troupe.v1.Event",
+	"ValidationPolicy": "troupe.v1.ValidationPolicy", "RunAsPolicy": "troupe.v1.RunAsPolicy", "Event": "troupe.v1.Event",
 }
 
 // Validator enforces CEL rules on writes: the built-in rules of each kind
@@ -66,7 +66,7 @@ type Validator struct {
 func NewValidator() (*Validator, error) {
 	v := &Validator{envs: map[string]*cel.Env{}, builtin: map[string][]rule{}, policies: map[string][]rule{}, loaded: map[string]uint64{}}
 	types := cel.Types(&troupev1.Machine{}, &troupev1.Lease{}, &troupev1.Job{}, &troupev1.Task{}, &troupev1.Binding{},
-		&troupev1.Run{}, &troupev1.SchedulerInfo{}, &troupev1.ValidationPolicy{}, &troupev1.Event{})
+		&troupev1.Run{}, &troupev1.SchedulerInfo{}, &troupev1.ValidationPolicy{}, &troupev1.RunAsPolicy{}, &troupev1.Event{})
 	for kind, msg := range kindTypes {
 		env, err := cel.NewEnv(types, cel.Variable("object", cel.ObjectType(msg)))
 		if err != nil {

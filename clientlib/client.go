@@ -20,9 +20,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/connectivity"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/troupe-cluster/troupe/cellstore/keyspace"
+	"github.com/troupe-cluster/troupe/cellstore/pki"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -34,8 +34,13 @@ type Config struct {
 	// Logger receives failovers (warnings) and retries (debug). Nil: no
 	// logging.
 	Logger *zap.Logger
-	// DialOptions are added after the defaults (no transport security,
-	// 16 MiB messages, reconnection backoff up to 5 s), so they can
+	// TLS is the client's credentials: it presents its certificate to
+	// the store nodes, whose certificates must be of the cell's CA, name
+	// the host dialled and carry a store identity. Nil: plaintext, to a
+	// store started with --insecure.
+	TLS *pki.Source
+	// DialOptions are added after the defaults (TLS's credentials, 16
+	// MiB messages, reconnection backoff up to 5 s), so they can
 	// override them.
 	DialOptions []grpc.DialOption
 	// Retry says how failed attempts are retried. The zero value means
@@ -166,7 +171,7 @@ func New(cfg Config) (*Client, error) {
 	c := &Client{cfg: cfg, log: cfg.Logger, metrics: m, txnPrefix: hex.EncodeToString(nonce) + "-"}
 	c.bgCtx, c.bgCancel = context.WithCancel(context.Background())
 	opts := []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(pki.StoreCredentials(cfg.TLS)),
 		// A watch response can carry one revision as large as the
 		// largest request (4 MiB by default) plus framing.
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16 << 20)),

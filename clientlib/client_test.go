@@ -68,6 +68,10 @@ func startClientCell(t *testing.T, shards int, tune func(*node.Config)) *clientC
 func (cc *clientCell) client(log *rpcLog, reg prometheus.Registerer, opts ...grpc.DialOption) *clientlib.Client {
 	cc.t.Helper()
 	cfg := clientlib.DefaultConfig(cc.eps...)
+	var err error
+	if cfg.TLS, err = cc.Admin(); err != nil {
+		cc.t.Fatal(err)
+	}
 	cfg.AttemptTimeout = 2 * time.Second
 	cfg.Registerer = reg
 	if log != nil {

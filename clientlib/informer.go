@@ -11,7 +11,10 @@ import (
 
 // NewInformer returns a cache of the objects of kind k whose keys start
 // with k.Prefix+within, kept current by watch, with the given indexes. Run
-// it, and read it after WaitForSync.
+// it, and read it after WaitForSync. Values that are not valid objects of
+// the kind at their keys (see DecodeAt) are skipped, logged once to c's
+// logger and reported to the handlers' OnUnreadable (see
+// EventRecorder.RecordUnreadable).
 func NewInformer[T Object](c *Client, k Kind[T], within string, indexes map[string]cache.IndexFunc[T]) *cache.Informer[T] {
 	return cache.NewInformer(cache.InformerConfig[T]{
 		Prefix: k.Prefix + within,
@@ -20,7 +23,7 @@ func NewInformer[T Object](c *Client, k Kind[T], within string, indexes map[stri
 			return c.Watch(ctx, prefix, cursor)
 		},
 		IsCompacted: IsCompacted,
-		Decode:      func(_ string, value []byte, version uint64) (T, error) { return Decode(k, value, version) },
+		Decode:      func(key string, value []byte, version uint64) (T, error) { return DecodeAt(k, key, value, version) },
 		Indexes:     indexes,
 		Logger:      c.log,
 	})

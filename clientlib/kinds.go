@@ -149,6 +149,12 @@ var (
 		key: byName[*troupev1.SchedulerInfo], new: func() *troupev1.SchedulerInfo { return &troupev1.SchedulerInfo{} }}
 	ValidationPolicies = Kind[*troupev1.ValidationPolicy]{Name: "ValidationPolicy", Prefix: "/policies/",
 		key: byName[*troupev1.ValidationPolicy], new: func() *troupev1.ValidationPolicy { return &troupev1.ValidationPolicy{} }}
+	// RunAsPolicies say which host users a namespace's tasks may run as:
+	// at most one per namespace, named after it (/runas/<namespace>); the
+	// kind is not namespaced, so that writing a namespace's jobs does not
+	// imply writing its users.
+	RunAsPolicies = Kind[*troupev1.RunAsPolicy]{Name: "RunAsPolicy", Prefix: "/runas/",
+		key: byName[*troupev1.RunAsPolicy], new: func() *troupev1.RunAsPolicy { return &troupev1.RunAsPolicy{} }}
 	// Events are those of jobs and their tasks, kept with the job
 	// (/events/<namespace>/<job>/<name>); MachineEvents those of machines
 	// (/machineevents/<machine>/<name>). Both hold Events: EventsOf says

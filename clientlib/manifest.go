@@ -47,6 +47,7 @@ var manifestKinds = map[string]func() Object{
 	Runs.Name:               func() Object { return Runs.New() },
 	Schedulers.Name:         func() Object { return Schedulers.New() },
 	ValidationPolicies.Name: func() Object { return ValidationPolicies.New() },
+	RunAsPolicies.Name:      func() Object { return RunAsPolicies.New() },
 }
 
 // DecodeManifests decodes the YAML (or JSON) documents of a manifest file:

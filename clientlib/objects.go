@@ -14,7 +14,8 @@ import (
 // ErrNotFound is returned by Get when the key does not exist.
 var ErrNotFound = errors.New("not found")
 
-// Get reads the object of kind k at key.
+// Get reads the object of kind k at key. A value there that is not a
+// valid object of the kind (see DecodeAt) is an *UnreadableError.
 func Get[T Object](ctx context.Context, s Store, k Kind[T], key string) (T, error) {
 	kv, err := s.Get(ctx, key)
 	if err != nil {
@@ -25,24 +26,33 @@ func Get[T Object](ctx context.Context, s Store, k Kind[T], key string) (T, erro
 		var zero T
 		return zero, fmt.Errorf("get %s %s: %w", k.Name, key, ErrNotFound)
 	}
-	return Decode(k, kv.GetValue(), kv.GetVersion())
+	return DecodeAt(k, key, kv.GetValue(), kv.GetVersion())
 }
 
 // List reads every object of kind k whose key starts with k.Prefix+within
 // (within "" lists the kind; for a job's tasks, "<namespace>/<job>/"). It
 // also returns the cursor to watch from for what changes after the list.
+// Values that are not valid objects of the kind (see DecodeAt) are
+// skipped: List then returns the other objects and the cursor with an
+// Unreadables error naming them (errors.Is(err, ErrUnreadable)); with any
+// other error it returns no objects.
 func List[T Object](ctx context.Context, s Store, k Kind[T], within string) ([]T, []byte, error) {
 	kvs, cursor, err := s.List(ctx, k.Prefix+within)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list %s %s: %w", k.Name, k.Prefix+within, err)
 	}
 	out := make([]T, 0, len(kvs))
+	var skipped Unreadables
 	for _, kv := range kvs {
-		obj, err := Decode(k, kv.GetValue(), kv.GetVersion())
-		if err != nil {
-			return nil, nil, fmt.Errorf("list %s: key %s: %w", k.Name, kv.GetKey(), err)
+		obj, uerr := decodeAt(k, kv.GetKey(), kv.GetValue(), kv.GetVersion())
+		if uerr != nil {
+			skipped = append(skipped, uerr)
+			continue
 		}
 		out = append(out, obj)
+	}
+	if len(skipped) > 0 {
+		return out, cursor, skipped
 	}
 	return out, cursor, nil
 }

@@ -55,6 +55,8 @@ var (
 	dnsLabel     = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 	dnsSubdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
 	labelName    = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`)
+	// userName is a portable host user name (Debian's useradd default).
+	userName = regexp.MustCompile(`^[a-z_][-a-z0-9_]*\$?$`)
 )
 
 // name checks an object name: a DNS subdomain of at most 253 characters.
@@ -84,6 +86,26 @@ func (c *checker) label(field, key, value string, checkValue bool) {
 	}
 }
 
+// namespace checks a namespace: a DNS label.
+func (c *checker) namespace(field, s string) {
+	switch {
+	case s == "":
+		c.add(field, "required", "must not be empty")
+	case len(s) > 63 || !dnsLabel.MatchString(s):
+		c.add(field, "dns-label", "%q must be lowercase letters, digits and '-', at most 63 characters", s)
+	}
+}
+
+// user checks the name of a host user a task may run as: never root.
+func (c *checker) user(field, s string) {
+	switch {
+	case len(s) > 32 || !userName.MatchString(s):
+		c.add(field, "user-name", "%q must be a user name: lowercase letters, digits, '-' and '_', starting with a letter or '_', at most 32 characters", s)
+	case s == "root":
+		c.add(field, "not-root", "tasks never run as root")
+	}
+}
+
 func (c *checker) meta(m *troupev1.ObjectMeta, namespaced bool, nameRule func(field, s string)) {
 	if m == nil {
 		c.add("metadata", "required", "must be set")
@@ -91,11 +113,9 @@ func (c *checker) meta(m *troupev1.ObjectMeta, namespaced bool, nameRule func(fi
 	}
 	nameRule("metadata.name", m.GetName())
 	switch {
-	case namespaced && m.GetNamespace() == "":
-		c.add("metadata.namespace", "required", "must not be empty")
-	case namespaced && (len(m.GetNamespace()) > 63 || !dnsLabel.MatchString(m.GetNamespace())):
-		c.add("metadata.namespace", "dns-label", "%q must be lowercase letters, digits and '-', at most 63 characters", m.GetNamespace())
-	case !namespaced && m.GetNamespace() != "":
+	case namespaced:
+		c.namespace("metadata.namespace", m.GetNamespace())
+	case m.GetNamespace() != "":
 		c.add("metadata.namespace", "not-namespaced", "must be empty: the kind is not namespaced")
 	}
 	for k, v := range m.GetLabels() {
@@ -140,6 +160,9 @@ func (c *checker) template(field string, t *troupev1.TaskTemplate) {
 		c.check(k != "" && !strings.ContainsAny(k, "=\x00"), field+".env["+k+"]", "env-name", "environment variable names must be non-empty, without '=' or NUL")
 	}
 	c.check(t.GetSimDuration().AsDuration() >= 0, field+".sim_duration", "non-negative", "must not be negative")
+	if u := t.GetUser(); u != "" {
+		c.user(field+".user", u)
+	}
 }
 
 func (c *checker) scheduling(field string, cons *troupev1.Constraints, tols []*troupev1.Toleration) {
@@ -243,6 +266,12 @@ func validateKind(obj Object) []FieldError {
 		for i, r := range o.GetSpec().GetRules() {
 			c.check(r.GetExpression() != "", fmt.Sprintf("spec.rules[%d].expression", i), "required", "must not be empty")
 		}
+	case *troupev1.RunAsPolicy:
+		c.meta(o.GetMetadata(), false, c.namespace)
+		c.check(len(o.GetSpec().GetUsers()) > 0, "spec.users", "required", "must list at least one user (delete the policy to allow only the default task user)")
+		for i, u := range o.GetSpec().GetUsers() {
+			c.user(fmt.Sprintf("spec.users[%d]", i), u)
+		}
 	case *troupev1.Event:
 		c.event(o)
 	default:
@@ -276,7 +305,7 @@ func (c *checker) event(e *troupev1.Event) {
 
 var kindNames = map[string]bool{
 	Machines.Name: true, Leases.Name: true, Jobs.Name: true, Tasks.Name: true, Bindings.Name: true,
-	Runs.Name: true, Schedulers.Name: true, ValidationPolicies.Name: true, Events.Name: true,
+	Runs.Name: true, Schedulers.Name: true, ValidationPolicies.Name: true, RunAsPolicies.Name: true, Events.Name: true,
 }
 
 // Default fills in the defaults of obj, in place.

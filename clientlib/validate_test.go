@@ -121,3 +121,39 @@ func TestDefaultsAndCreateValidates(t *testing.T) {
 		t.Fatalf("update to an invalid job: %v", err)
 	}
 }
+
+// A task's user and a RunAsPolicy's users are host user names, never
+// root; a policy is named after the namespace it governs, is not
+// namespaced itself, and lists at least one user.
+func TestRunAsValidation(t *testing.T) {
+	policy := func(edit func(*troupev1.RunAsPolicy), users ...string) error {
+		p := &troupev1.RunAsPolicy{Metadata: &troupev1.ObjectMeta{Name: "team-a"}, Spec: &troupev1.RunAsPolicySpec{Users: users}}
+		edit(p)
+		return clientlib.Validate(clientlib.RunAsPolicies, p)
+	}
+	keep := func(*troupev1.RunAsPolicy) {}
+	withUser := func(u string) error {
+		j := validJob()
+		j.Spec.Template.User = u
+		return clientlib.Validate(clientlib.Jobs, j)
+	}
+	for what, err := range map[string]error{"policy": policy(keep, "alice", "_svc", "build-bot$"), "no user": withUser(""), "user": withUser("alice")} {
+		if err != nil {
+			t.Fatalf("valid %s: %v", what, err)
+		}
+	}
+	for _, tc := range []struct {
+		name, field, rule string
+		err               error
+	}{
+		{"task as root", "spec.template.user", "not-root", withUser("root")},
+		{"task as a uid", "spec.template.user", "user-name", withUser("0")},
+		{"policy of root", "spec.users[1]", "not-root", policy(keep, "alice", "root")},
+		{"policy user", "spec.users[0]", "user-name", policy(keep, "Alice")},
+		{"empty policy", "spec.users", "required", policy(keep)},
+		{"policy name", "metadata.name", "dns-label", policy(func(p *troupev1.RunAsPolicy) { p.Metadata.Name = "team.a" }, "alice")},
+		{"namespaced policy", "metadata.namespace", "not-namespaced", policy(func(p *troupev1.RunAsPolicy) { p.Metadata.Namespace = "team-a" }, "alice")},
+	} {
+		wantInvalid(t, tc.name, tc.err, tc.field, tc.rule)
+	}
+}

@@ -14,6 +14,14 @@
 // NEVER the failed Run is reported at once and the job controller
 // replaces the task by its next attempt, which comes back as a new
 // binding, maybe on another machine.
+//
+// A task runs as a host user: its template's, or the agent's TaskUser.
+// Before each start the agent refuses any user but TaskUser that the
+// RunAsPolicy of the task's namespace (/runas/<namespace>, read then) does
+// not list, and the runtime refuses root (uid 0) and users it cannot
+// switch to (see runtime.Exec). A refused task is never started: the
+// agent records a RunAsRefused event on its machine and reports the Run
+// FAILED with the reason, without restarts.
 package agent
 
 import (
@@ -29,6 +37,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/troupe-cluster/troupe/agents/runtime"
+	"github.com/troupe-cluster/troupe/cellstore/pki"
 	"github.com/troupe-cluster/troupe/clientlib"
 	"github.com/troupe-cluster/troupe/clientlib/cache"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
@@ -45,7 +54,18 @@ type Config struct {
 	// registered as the machine's agent address. The runtime must keep
 	// logs (see runtime.Logs).
 	LogAddr string
+	// TLS, if set, serves the logs over TLS 1.3 to clients with an admin
+	// or viewer certificate of the cell's CA (nil: plain HTTP to anyone).
+	TLS     *pki.Source
 	Runtime runtime.Runtime
+	// TaskUser is the host user tasks run as when their template names
+	// none, which every namespace may run as; empty:
+	// runtime.DefaultTaskUser() ("nobody" for an agent running as root).
+	// Never root.
+	TaskUser string
+	// Events records the agent's events, as its machine's (an agent writes
+	// only under its machine's keys); nil records none.
+	Events *clientlib.EventRecorder
 	// LeaseDuration is how long a renewal keeps the machine alive;
 	// RenewInterval how often it is renewed (a fraction of it).
 	LeaseDuration, RenewInterval time.Duration
@@ -77,6 +97,9 @@ func (c Config) withDefaults() Config {
 	if c.After == nil {
 		c.After = time.After
 	}
+	if c.TaskUser == "" {
+		c.TaskUser = runtime.DefaultTaskUser()
+	}
 	return c
 }
 
@@ -89,6 +112,8 @@ func (c Config) Validate() error {
 		return errors.New("agent: Runtime, Now and Logger are required")
 	case c.LeaseDuration <= 0 || c.RenewInterval <= 0 || c.RenewInterval >= c.LeaseDuration:
 		return fmt.Errorf("agent: need 0 < RenewInterval (%v) < LeaseDuration (%v)", c.RenewInterval, c.LeaseDuration)
+	case c.TaskUser == "root":
+		return errors.New("agent: TaskUser must not be root: tasks never run as root")
 	}
 	return nil
 }
@@ -127,6 +152,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		OnAdd:    func(_ string, b *troupev1.Binding) { a.start(ctx, b) },
 		OnUpdate: func(_ string, _, b *troupev1.Binding) { a.start(ctx, b) },
 		OnDelete: func(_ string, b *troupev1.Binding) { a.stop(b.GetMetadata().GetName()) },
+		// A binding that cannot be read is skipped (after OnDelete if it
+		// replaced a readable one).
+		OnUnreadable: a.cfg.Events.RecordUnreadable,
 	})
 	go a.bindings.Run(ctx)
 	t := time.NewTicker(a.cfg.RenewInterval)
@@ -151,20 +179,11 @@ func (a *Agent) Run(ctx context.Context) error {
 func (a *Agent) register(ctx context.Context) error {
 	want := &troupev1.Machine{Metadata: &troupev1.ObjectMeta{Name: a.cfg.Machine, Labels: a.cfg.Labels},
 		Spec: &troupev1.MachineSpec{Capacity: a.cfg.Capacity, Taints: a.cfg.Taints, AgentAddress: a.logAddr}}
-	m, err := clientlib.Get(ctx, a.c, clientlib.Machines, clientlib.Machines.Prefix+a.cfg.Machine)
-	switch {
-	case errors.Is(err, clientlib.ErrNotFound):
-		_, err = clientlib.Create(ctx, a.c, clientlib.Machines, want)
-	case err == nil:
-		// Keep what operators set (cordon) and the lifecycle status.
-		want.Metadata = m.GetMetadata()
-		want.Spec.Unschedulable = m.GetSpec().GetUnschedulable()
-		want.Status = m.GetStatus()
-		if !proto.Equal(want, m) {
-			_, err = clientlib.Update(ctx, a.c, clientlib.Machines, want)
-		}
-	}
-	if err != nil {
+	// Keep what operators set (cordon) and the lifecycle status.
+	if err := write(ctx, a, clientlib.Machines, want, func(cur, want *troupev1.Machine) {
+		want.Spec.Unschedulable = cur.GetSpec().GetUnschedulable()
+		want.Status = cur.GetStatus()
+	}); err != nil {
 		return fmt.Errorf("agent %s: register: %w", a.cfg.Machine, err)
 	}
 	return a.renew(ctx)
@@ -172,16 +191,45 @@ func (a *Agent) register(ctx context.Context) error {
 
 // renew writes the lease with the current time.
 func (a *Agent) renew(ctx context.Context) error {
-	lease := &troupev1.Lease{Metadata: &troupev1.ObjectMeta{Name: a.cfg.Machine}, Holder: "agent/" + a.cfg.Machine,
-		Renewed: timestamppb.New(a.cfg.Now()), Duration: durationpb.New(a.cfg.LeaseDuration)}
-	old, err := clientlib.Get(ctx, a.c, clientlib.Leases, clientlib.Leases.Prefix+a.cfg.Machine)
+	return write(ctx, a, clientlib.Leases, &troupev1.Lease{Metadata: &troupev1.ObjectMeta{Name: a.cfg.Machine}, Holder: "agent/" + a.cfg.Machine,
+		Renewed: timestamppb.New(a.cfg.Now()), Duration: durationpb.New(a.cfg.LeaseDuration)}, nil)
+}
+
+// write stores obj, of kind k, at its key under the agent's machine,
+// which only the agent writes: it creates the object, or updates the one
+// there (unless obj, with the stored metadata and what keep, if set,
+// copies from it, is the same). A value there that is not a valid object,
+// written by another client, is logged and recorded, and written over.
+func write[T clientlib.Object](ctx context.Context, a *Agent, k clientlib.Kind[T], obj T, keep func(cur, obj T)) error {
+	key, err := k.Key(obj)
+	if err != nil {
+		return err
+	}
+	obj = proto.Clone(obj).(T)
+	cur, err := clientlib.Get(ctx, a.c, k, key)
+	var unreadable *clientlib.UnreadableError
 	switch {
 	case errors.Is(err, clientlib.ErrNotFound):
-		_, err = clientlib.Create(ctx, a.c, clientlib.Leases, lease)
-	case err == nil:
-		lease.Metadata = old.GetMetadata()
-		_, err = clientlib.Update(ctx, a.c, clientlib.Leases, lease)
+		_, err = clientlib.Create(ctx, a.c, k, obj)
+		return err
+	case errors.As(err, &unreadable):
+		a.cfg.Logger.Error("agent: unreadable value written over", zap.String("key", key), zap.Uint64("version", unreadable.Version),
+			zap.Error(unreadable.Err))
+		a.cfg.Events.RecordUnreadable(key, fmt.Errorf("%w; written over", unreadable))
+		obj.GetMetadata().Version = unreadable.Version
+	case err != nil:
+		return err
+	default:
+		proto.Reset(obj.GetMetadata())
+		proto.Merge(obj.GetMetadata(), cur.GetMetadata())
+		if keep != nil {
+			keep(cur, obj)
+		}
+		if proto.Equal(cur, obj) {
+			return nil
+		}
 	}
+	_, err = clientlib.Update(ctx, a.c, k, obj)
 	return err
 }
 
@@ -192,16 +240,8 @@ func (a *Agent) report(ctx context.Context, b *troupev1.Binding, run *troupev1.R
 	run = proto.Clone(run).(*troupev1.Run)
 	run.Metadata = &troupev1.ObjectMeta{Name: b.GetMetadata().GetName()}
 	run.Machine, run.Attempt = a.cfg.Machine, b.GetTask().GetAttempt()
-	key := clientlib.Runs.Prefix + a.cfg.Machine + "/" + b.GetMetadata().GetName()
 	for range 5 {
-		old, err := clientlib.Get(ctx, a.c, clientlib.Runs, key)
-		switch {
-		case errors.Is(err, clientlib.ErrNotFound):
-			_, err = clientlib.Create(ctx, a.c, clientlib.Runs, run)
-		case err == nil:
-			run.Metadata = old.GetMetadata()
-			_, err = clientlib.Update(ctx, a.c, clientlib.Runs, run)
-		}
+		err := write(ctx, a, clientlib.Runs, run, nil)
 		if err == nil || ctx.Err() != nil {
 			return
 		}

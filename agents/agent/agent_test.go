@@ -15,6 +15,7 @@ import (
 
 	"github.com/troupe-cluster/troupe/agents/agent"
 	"github.com/troupe-cluster/troupe/agents/runtime"
+	"github.com/troupe-cluster/troupe/agents/runtime/runtimetest"
 	"github.com/troupe-cluster/troupe/clientlib"
 	"github.com/troupe-cluster/troupe/clientlib/cache"
 	"github.com/troupe-cluster/troupe/clientlib/clienttest"
@@ -33,7 +34,7 @@ func TestBatchJobOfRealProcesses(t *testing.T) {
 	runtimes := map[string]*runtime.Exec{}
 	for i := range 2 {
 		m := fmt.Sprintf("a%d", i)
-		rt := &runtime.Exec{Dir: t.TempDir()}
+		rt := &runtime.Exec{Dir: runtimetest.Dir(t)}
 		runtimes[m] = rt
 		a, err := agent.New(lc.Client(), agent.Config{Machine: m, Capacity: map[string]int64{"cpu": 2000, "memory": 1 << 30},
 			Runtime: rt, LeaseDuration: 10 * time.Second, RenewInterval: time.Second, StopGrace: time.Second,
@@ -132,18 +133,18 @@ func TestBatchJobOfRealProcesses(t *testing.T) {
 
 // A task whose binding goes away is stopped: SIGTERM, then SIGKILL.
 func TestExecStop(t *testing.T) {
-	rt := &runtime.Exec{Dir: t.TempDir()}
-	ready := filepath.Join(t.TempDir(), "ready")
+	rt := &runtime.Exec{Dir: runtimetest.Dir(t)}
 	b := &troupev1.Binding{Metadata: &troupev1.ObjectMeta{Name: "ns/j/0"}, Machine: "m",
 		Task: &troupev1.TaskSpec{Template: &troupev1.TaskTemplate{Command: "/bin/sh",
-			Args: []string{"-c", "trap '' TERM; touch " + ready + "; while :; do sleep 1; done"}}}}
-	p, err := rt.Start(context.Background(), b)
+			Args: []string{"-c", "trap '' TERM; echo ready; while :; do sleep 1; done"}}}}
+	p, err := rt.Start(context.Background(), b, runtime.DefaultTaskUser())
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Stop once the task ignores SIGTERM.
+	stdout := filepath.Join(rt.TaskDir("ns/j/0"), "stdout.log")
 	deadline := time.Now().Add(10 * time.Second)
-	for _, err := os.Stat(ready); err != nil; _, err = os.Stat(ready) {
+	for out, _ := os.ReadFile(stdout); string(out) != "ready\n"; out, _ = os.ReadFile(stdout) {
 		if time.Now().After(deadline) {
 			t.Fatal("task did not start")
 		}

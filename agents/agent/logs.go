@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/troupe-cluster/troupe/agents/runtime"
+	"github.com/troupe-cluster/troupe/cellstore/pki"
 )
 
 // serveLogs starts the log server when LogAddr is set and the runtime
@@ -31,6 +33,11 @@ func (a *Agent) serveLogs(ctx context.Context) error {
 		return fmt.Errorf("agent %s: serve logs: %w", a.cfg.Machine, err)
 	}
 	a.logAddr = lis.Addr().String()
+	if a.cfg.TLS != nil {
+		// Operators (admin) and viewers read logs, over TLS with their
+		// certificates; a task's output is theirs to see, no one else's.
+		lis = tls.NewListener(lis, a.cfg.TLS.ServerConfig(pki.AcceptRoles(pki.RoleAdmin, pki.RoleViewer), false))
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /logs/", func(w http.ResponseWriter, r *http.Request) {
 		ref := strings.TrimPrefix(r.URL.Path, "/logs/")

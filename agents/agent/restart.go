@@ -39,10 +39,10 @@ func newRestarter(t *troupev1.TaskSpec, cfg Config) *restarter {
 
 // restart is asked when a run that lasted ran ended with exit: it says
 // whether to start the process again, and after how long. A process the
-// agent stopped is never restarted.
+// agent stopped, or refused to start, is never restarted.
 func (r *restarter) restart(exit runtime.Exit, ran time.Duration) (time.Duration, bool) {
 	switch {
-	case exit.Killed:
+	case exit.Killed || exit.Refused:
 		return 0, false
 	case r.policy == troupev1.RestartPolicy_RESTART_POLICY_ALWAYS:
 	case r.policy == troupev1.RestartPolicy_RESTART_POLICY_ON_FAILURE && exit.Code != 0:

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -157,12 +158,22 @@ func (a *Agent) run(ctx context.Context, b *troupev1.Binding, t *task) {
 	}
 }
 
-// once starts the task's process, calls running once it runs, and waits
-// for it to end. A process that cannot start is a failed run.
+// once starts the task's process as its user (see runAs), calls running
+// once it runs, and waits for it to end. A process that cannot start is a
+// failed run; one refused for its user is recorded as an event too, and
+// is not restarted.
 func (a *Agent) once(ctx context.Context, b *troupev1.Binding, t *task, running func()) runtime.Exit {
-	proc, err := a.cfg.Runtime.Start(ctx, b)
+	user, err := a.runAs(ctx, b)
+	var proc runtime.Process
+	if err == nil {
+		proc, err = a.cfg.Runtime.Start(ctx, b, user)
+	}
 	if err != nil {
-		return runtime.Exit{Code: -1, Reason: err.Error()}
+		refused := errors.Is(err, runtime.ErrRefused)
+		if refused {
+			a.refused(b, err)
+		}
+		return runtime.Exit{Code: -1, Reason: err.Error(), Refused: refused}
 	}
 	t.setProc(proc, a.cfg.StopGrace)
 	running()

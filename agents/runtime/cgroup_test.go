@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/troupe-cluster/troupe/agents/runtime/runtimetest"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 )
 
@@ -176,16 +177,13 @@ func TestCgroupCPUQuota(t *testing.T) {
 // succeeds. Its cgroups go when it ends.
 func TestExecOOMKilled(t *testing.T) {
 	c := hostCgroups(t)
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt := &Exec{Dir: t.TempDir(), Cgroups: c}
+	self := runtimetest.Executable(t)
+	rt := &Exec{Dir: runtimetest.Dir(t), Cgroups: c}
 	run := func(job string, limit int64) Exit {
 		b := &troupev1.Binding{Metadata: &troupev1.ObjectMeta{Name: "ns/" + job + "/0"}, Machine: "m",
 			Task: &troupev1.TaskSpec{Template: &troupev1.TaskTemplate{Command: self, Env: map[string]string{"TROUPE_TEST_ALLOC_MIB": "64"},
 				Limits: map[string]int64{"memory": limit}}}}
-		p, err := rt.Start(context.Background(), b)
+		p, err := rt.Start(context.Background(), b, DefaultTaskUser())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -18,11 +18,24 @@ import (
 )
 
 // Exec runs tasks as real processes: the template's command with its args
-// and env, in its working directory (default: a directory per task under
-// Dir), stdout and stderr appended to stdout.log and stderr.log in the
-// task's directory, each run in its own cgroup when Cgroups is set. A
-// stopped task gets SIGTERM, then SIGKILL after the grace period; its
-// whole process group is signalled.
+// and env, as the task's user, in its working directory, stdout and stderr
+// appended to stdout.log and stderr.log in the task's directory, each run
+// in its own cgroup when Cgroups is set. A stopped task gets SIGTERM, then
+// SIGKILL after the grace period; its whole process group is signalled.
+//
+// An agent running as root starts each process with the user's uid, gid
+// and groups, and refuses root; one that is not root cannot switch users
+// and runs tasks only as itself (see lookupTaskUser). A task's directory
+// and its logs (mode 0600) belong to the agent; the task's default working
+// directory, <task dir>/work, to the task's user, mode 0700:
+//
+//	<Dir>/<namespace>/<job>/<index>/   agent, 0711
+//	    stdout.log, stderr.log         agent, 0600
+//	    work/                          task user, 0700
+//
+// Directories the runtime creates are 0711, so that task users pass
+// through them without listing them; Dir and the directories above it
+// must let them pass too.
 type Exec struct {
 	// Dir holds one directory per task: <Dir>/<namespace>/<job>/<index>.
 	Dir string
@@ -53,40 +66,49 @@ var (
 	_ Logs    = (*Exec)(nil)
 )
 
-// TaskDir is where the task's logs (and default working directory) are.
+// TaskDir is where the task's logs (and its default working directory,
+// work) are.
 func (e *Exec) TaskDir(ref string) string { return filepath.Join(e.Dir, filepath.FromSlash(ref)) }
 
-// Start implements Runtime.
-func (e *Exec) Start(_ context.Context, b *troupev1.Binding) (Process, error) {
+// Start implements Runtime. It refuses root, and users other than its own
+// when the agent is not root (ErrRefused).
+func (e *Exec) Start(_ context.Context, b *troupev1.Binding, user string) (Process, error) {
 	tmpl := b.GetTask().GetTemplate()
 	if tmpl.GetCommand() == "" {
 		return nil, errors.New("exec: the task has no command")
 	}
-	dir := e.TaskDir(b.GetMetadata().GetName())
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("exec: task directory: %w", err)
-	}
-	stdout, err := os.OpenFile(filepath.Join(dir, "stdout.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	u, err := lookupTaskUser(user, os.Geteuid())
 	if err != nil {
 		return nil, err
 	}
-	stderr, err := os.OpenFile(filepath.Join(dir, "stderr.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	dir := e.TaskDir(b.GetMetadata().GetName())
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return nil, fmt.Errorf("exec: task directory: %w", err)
+	}
+	wd := tmpl.GetWorkingDir()
+	if wd == "" {
+		if wd, err = u.workDir(dir); err != nil {
+			return nil, err
+		}
+	}
+	stdout, err := openLog(dir, "stdout.log")
+	if err != nil {
+		return nil, err
+	}
+	stderr, err := openLog(dir, "stderr.log")
 	if err != nil {
 		stdout.Close()
 		return nil, err
 	}
 	cmd := exec.Command(tmpl.GetCommand(), tmpl.GetArgs()...)
-	cmd.Dir = dir
-	if wd := tmpl.GetWorkingDir(); wd != "" {
-		cmd.Dir = wd
-	}
-	cmd.Env = os.Environ()
+	cmd.Dir = wd
+	cmd.Env = append(os.Environ(), u.env()...)
 	for k, v := range tmpl.GetEnv() {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
 	cmd.Env = append(cmd.Env, "TROUPE_TASK="+b.GetMetadata().GetName(), "TROUPE_MACHINE="+b.GetMachine())
 	cmd.Stdout, cmd.Stderr = stdout, stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: u.cred}
 	closeLogs := func() { stdout.Close(); stderr.Close() }
 	cg, err := e.cgroup(b, cmd)
 	if err != nil {
@@ -96,7 +118,10 @@ func (e *Exec) Start(_ context.Context, b *troupev1.Binding) (Process, error) {
 	if err := cmd.Start(); err != nil {
 		closeLogs()
 		e.removeCgroup(cg)
-		return nil, fmt.Errorf("exec: start %s: %w", tmpl.GetCommand(), err)
+		if why := u.blocked(wd); why != "" {
+			err = fmt.Errorf("%w (%s)", err, why)
+		}
+		return nil, fmt.Errorf("exec: start %s as %s in %s: %w", tmpl.GetCommand(), user, wd, err)
 	}
 	if cg != nil {
 		if err := cg.join(cmd.Process.Pid); err != nil {
@@ -121,6 +146,16 @@ func (e *Exec) Start(_ context.Context, b *troupev1.Binding) (Process, error) {
 		p.finish(exit)
 	}()
 	return p, nil
+}
+
+// openLog opens (creates) the log file name in a task's directory for
+// appending, readable by the agent only.
+func openLog(dir, name string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_WRONLY|os.O_APPEND|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("exec: %w", err)
+	}
+	return f, nil
 }
 
 // cgroup makes the cgroup of a run of b's task when the runtime has

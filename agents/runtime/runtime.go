@@ -15,6 +15,9 @@ type Exit struct {
 	Reason string
 	// Killed: the task was stopped by the agent, not ended by itself.
 	Killed bool
+	// Refused: the task was never started, because of the user it would
+	// run as (ErrRefused); it is not to be restarted.
+	Refused bool
 }
 
 // Process is a started task.
@@ -29,8 +32,11 @@ type Process interface {
 
 // Runtime starts tasks.
 type Runtime interface {
-	// Start starts the task of a Binding.
-	Start(ctx context.Context, b *troupev1.Binding) (Process, error)
+	// Start starts the task of a Binding as host user user, whom the agent
+	// has checked the task's namespace may run as. The runtime may still
+	// refuse the user, with an error wrapping ErrRefused; one without
+	// users (Sim) ignores it.
+	Start(ctx context.Context, b *troupev1.Binding, user string) (Process, error)
 }
 
 // Logs is a Runtime that keeps its tasks' output in files.

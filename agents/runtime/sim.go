@@ -21,8 +21,8 @@ type Sim struct {
 
 var _ Runtime = (*Sim)(nil)
 
-// Start implements Runtime.
-func (s *Sim) Start(ctx context.Context, b *troupev1.Binding) (Process, error) {
+// Start implements Runtime; simulated tasks run as no one.
+func (s *Sim) Start(ctx context.Context, b *troupev1.Binding, _ string) (Process, error) {
 	tmpl := b.GetTask().GetTemplate()
 	d := tmpl.GetSimDuration().AsDuration()
 	if d <= 0 {

@@ -15,7 +15,7 @@ func TestSimRunsForItsDurationOrUntilStopped(t *testing.T) {
 	var asked time.Duration
 	s := &Sim{DefaultDuration: time.Minute, After: func(d time.Duration) <-chan time.Time { asked = d; return fire }}
 	b := &troupev1.Binding{Task: &troupev1.TaskSpec{Template: &troupev1.TaskTemplate{SimDuration: durationpb.New(3 * time.Second)}}}
-	p, err := s.Start(context.Background(), b)
+	p, err := s.Start(context.Background(), b, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,7 +24,7 @@ func TestSimRunsForItsDurationOrUntilStopped(t *testing.T) {
 	if e := p.Exit(); e.Code != 0 || e.Killed || asked != 3*time.Second {
 		t.Fatalf("exit %+v after %v", e, asked)
 	}
-	p, _ = s.Start(context.Background(), &troupev1.Binding{})
+	p, _ = s.Start(context.Background(), &troupev1.Binding{}, "")
 	if asked != time.Minute {
 		t.Fatalf("default duration: asked %v", asked)
 	}
@@ -39,7 +39,7 @@ func TestSimExitsWithItsExitCode(t *testing.T) {
 	fire := make(chan time.Time, 1)
 	fire <- time.Time{}
 	s := &Sim{After: func(time.Duration) <-chan time.Time { return fire }}
-	p, err := s.Start(context.Background(), &troupev1.Binding{Task: &troupev1.TaskSpec{Template: &troupev1.TaskTemplate{SimExitCode: 3}}})
+	p, err := s.Start(context.Background(), &troupev1.Binding{Task: &troupev1.TaskSpec{Template: &troupev1.TaskTemplate{SimExitCode: 3}}}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

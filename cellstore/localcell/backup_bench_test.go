@@ -12,11 +12,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/troupe-cluster/troupe/cellstore/keyspace"
 	"github.com/troupe-cluster/troupe/cellstore/localcell"
 	"github.com/troupe-cluster/troupe/cellstore/node"
+	"github.com/troupe-cluster/troupe/cellstore/pki"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -38,9 +38,13 @@ func BenchmarkBackupUnderLoad(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer c.Close()
+	creds, err := c.Admin()
+	if err != nil {
+		b.Fatal(err)
+	}
 	var clients []storev1.StoreClient
 	for _, addr := range c.Endpoints() {
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(pki.StoreCredentials(creds)))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -96,7 +100,7 @@ func BenchmarkBackupUnderLoad(b *testing.B) {
 			}
 		})
 	}
-	conn, err := grpc.NewClient(c.Node(0).GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(c.Node(0).GRPCAddr(), grpc.WithTransportCredentials(pki.StoreCredentials(creds)))
 	if err != nil {
 		b.Fatal(err)
 	}

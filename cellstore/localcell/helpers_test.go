@@ -9,12 +9,12 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/troupe-cluster/troupe/cellstore/keyspace"
 	"github.com/troupe-cluster/troupe/cellstore/localcell"
 	"github.com/troupe-cluster/troupe/cellstore/node"
+	"github.com/troupe-cluster/troupe/cellstore/pki"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -64,15 +64,21 @@ func startCellWith(t *testing.T, cfg localcell.Config) *testCell {
 		t.Fatalf("cell has %d endpoints, want %d", len(eps), cfg.Replicas)
 	}
 	for _, addr := range eps {
-		tc.clients = append(tc.clients, storev1.NewStoreClient(dial(t, addr)))
+		tc.clients = append(tc.clients, storev1.NewStoreClient(tc.dial(addr)))
 	}
 	return tc
 }
 
-// dial connects to a node's gRPC address for the rest of the test.
-func dial(t *testing.T, addr string) *grpc.ClientConn {
+// dial connects to a node's gRPC address, as the cell's admin, for the
+// rest of the test.
+func (c *testCell) dial(addr string) *grpc.ClientConn {
+	t := c.t
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds, err := c.Admin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(pki.StoreCredentials(creds)))
 	if err != nil {
 		t.Fatalf("dial %s: %v", addr, err)
 	}
@@ -82,7 +88,7 @@ func dial(t *testing.T, addr string) *grpc.ClientConn {
 
 // admin returns an Admin client of node i.
 func (c *testCell) admin(i int) storev1.AdminClient {
-	return storev1.NewAdminClient(dial(c.t, c.Node(i).GRPCAddr()))
+	return storev1.NewAdminClient(c.dial(c.Node(i).GRPCAddr()))
 }
 
 // join starts a new node and adds it to the cell through node 1's Admin
@@ -93,7 +99,7 @@ func (c *testCell) join(ctx context.Context) (int, []*storev1.Member) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	c.clients = append(c.clients, storev1.NewStoreClient(dial(c.t, c.Node(i).GRPCAddr())))
+	c.clients = append(c.clients, storev1.NewStoreClient(c.dial(c.Node(i).GRPCAddr())))
 	resp, err := c.admin(0).AddMember(ctx, &storev1.AddMemberRequest{NodeId: uint64(i + 1), RaftAddress: c.Node(i).RaftAddr(), ShardCount: c.shards})
 	if err != nil {
 		c.t.Fatalf("add node %d: %v", i+1, err)

@@ -9,12 +9,15 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/troupe-cluster/troupe/cellstore/node"
+	"github.com/troupe-cluster/troupe/cellstore/pki"
 )
 
 // Config describes a local cell.
@@ -30,6 +33,11 @@ type Config struct {
 	// into the data directory of the cell's one node (a restored cell
 	// starts with one node) before it first starts.
 	RestoreFrom string
+	// Insecure runs the cell without TLS or authorization. By default
+	// the cell makes a CA and certificates under Dir/pki, its nodes
+	// serve TLS with the built-in rules, and clients get credentials
+	// from Credentials.
+	Insecure bool
 }
 
 // Cell is a running local cell. Its methods are for one goroutine.
@@ -37,6 +45,10 @@ type Cell struct {
 	cfg   Config
 	cfgs  []node.Config
 	nodes []*node.Node // nil for a stopped node
+
+	ca    *pki.CA // nil when Insecure
+	mu    sync.Mutex
+	creds map[pki.Identity]*pki.Source
 }
 
 // Start starts the cell and waits until every node sees a leader for
@@ -59,9 +71,17 @@ func Start(ctx context.Context, cfg Config) (*Cell, error) {
 	for i, p := range ports {
 		members[uint64(i+1)] = fmt.Sprintf("127.0.0.1:%d", p)
 	}
-	c := &Cell{cfg: cfg}
+	c := &Cell{cfg: cfg, creds: map[pki.Identity]*pki.Source{}}
+	if !cfg.Insecure {
+		if c.ca, err = pki.EnsureLocal(c.PKIDir(), pki.LocalCell{Hosts: []string{"127.0.0.1", "localhost"}}, time.Now()); err != nil {
+			return nil, err
+		}
+	}
 	for i := range cfg.Replicas {
-		nc := c.nodeConfig(i, members[uint64(i+1)], func(nc *node.Config) { nc.InitialMembers = members })
+		nc, err := c.nodeConfig(i, members[uint64(i+1)], func(nc *node.Config) { nc.InitialMembers = members })
+		if err != nil {
+			return nil, err
+		}
 		if cfg.RestoreFrom != "" {
 			if err := restore(cfg.RestoreFrom, nc); err != nil {
 				return nil, err
@@ -92,7 +112,7 @@ func Start(ctx context.Context, cfg Config) (*Cell, error) {
 
 // nodeConfig returns the configuration of node i (0-based), whose Raft
 // transport listens on raftAddr; member sets how it starts.
-func (c *Cell) nodeConfig(i int, raftAddr string, member func(*node.Config)) node.Config {
+func (c *Cell) nodeConfig(i int, raftAddr string, member func(*node.Config)) (node.Config, error) {
 	nc := node.DefaultConfig()
 	nc.NodeID = uint64(i + 1)
 	nc.DataDir = filepath.Join(c.cfg.Dir, fmt.Sprintf("node-%d", i+1))
@@ -103,11 +123,80 @@ func (c *Cell) nodeConfig(i int, raftAddr string, member func(*node.Config)) nod
 	nc.RTT = 10 * time.Millisecond
 	nc.LogDBMemory = "tiny"
 	nc.Logger = c.cfg.Logger.With(zap.Uint64("node", nc.NodeID))
+	tls, err := c.Credentials(pki.Identity{Role: pki.RoleStore, Name: strconv.FormatUint(nc.NodeID, 10)})
+	if err != nil {
+		return nc, err
+	}
+	nc.TLS = tls
 	member(&nc)
 	if c.cfg.Tune != nil {
 		c.cfg.Tune(&nc)
 	}
-	return nc
+	return nc, nil
+}
+
+// PKIDir holds the cell's CA and certificates, one pair per identity
+// named as its "role/name" with '/' and '*' replaced.
+func (c *Cell) PKIDir() string { return filepath.Join(c.cfg.Dir, "pki") }
+
+// Credentials returns credentials for id, issued by the cell's CA (the
+// first call for an identity issues its certificate); nil for an
+// Insecure cell.
+func (c *Cell) Credentials(id pki.Identity) (*pki.Source, error) {
+	if c.ca == nil {
+		return nil, nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s, ok := c.creds[id]; ok {
+		return s, nil
+	}
+	f, err := c.issue(id)
+	if err != nil {
+		return nil, err
+	}
+	s, err := pki.NewSource(f, nil)
+	if err != nil {
+		return nil, fmt.Errorf("localcell: %w", err)
+	}
+	c.creds[id] = s
+	return s, nil
+}
+
+// CredentialFiles returns the files of id's credentials, for a process
+// of the cell's (--ca, --cert, --key), issuing them on first use; an
+// Insecure cell has none.
+func (c *Cell) CredentialFiles(id pki.Identity) (pki.Files, error) {
+	if c.ca == nil {
+		return pki.Files{}, errors.New("localcell: an insecure cell has no credentials")
+	}
+	if _, err := c.Credentials(id); err != nil {
+		return pki.Files{}, err
+	}
+	return pki.DirFiles(c.PKIDir(), credentialName(id)), nil
+}
+
+func credentialName(id pki.Identity) string {
+	return strings.NewReplacer("*", "_", "/", "-").Replace(id.String())
+}
+
+// issue issues id's certificate into the cell's directory.
+func (c *Cell) issue(id pki.Identity) (pki.Files, error) {
+	name := credentialName(id)
+	if err := c.ca.IssueTo(c.PKIDir(), name, pki.Leaf{Identity: id, Hosts: []string{"127.0.0.1", "localhost"}, Validity: 30 * 24 * time.Hour}, time.Now()); err != nil {
+		return pki.Files{}, fmt.Errorf("localcell: %w", err)
+	}
+	return pki.DirFiles(c.PKIDir(), name), nil
+}
+
+// CA is the cell's certificate authority (nil for an Insecure cell), for
+// tests that issue certificates of their own (expired ones, say).
+func (c *Cell) CA() *pki.CA { return c.ca }
+
+// Admin is the credentials of the cell's administrator (nil for an
+// Insecure cell).
+func (c *Cell) Admin() (*pki.Source, error) {
+	return c.Credentials(pki.Identity{Role: pki.RoleAdmin, Name: "localcell"})
 }
 
 // restore restores the backup file at path into nc's data directory.
@@ -132,7 +221,11 @@ func (c *Cell) StartNewNode() (int, error) {
 		return 0, err
 	}
 	i := len(c.cfgs)
-	c.cfgs = append(c.cfgs, c.nodeConfig(i, fmt.Sprintf("127.0.0.1:%d", ports[0]), func(nc *node.Config) { nc.Join = true }))
+	nc, err := c.nodeConfig(i, fmt.Sprintf("127.0.0.1:%d", ports[0]), func(nc *node.Config) { nc.Join = true })
+	if err != nil {
+		return 0, err
+	}
+	c.cfgs = append(c.cfgs, nc)
 	c.nodes = append(c.nodes, nil)
 	if err := c.startNode(i); err != nil {
 		c.cfgs, c.nodes = c.cfgs[:i], c.nodes[:i]

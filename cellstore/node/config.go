@@ -10,6 +10,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/troupe-cluster/troupe/cellstore/authz"
+	"github.com/troupe-cluster/troupe/cellstore/pki"
 	"github.com/troupe-cluster/troupe/cellstore/server"
 	"github.com/troupe-cluster/troupe/cellstore/watch"
 )
@@ -22,6 +24,10 @@ type Config struct {
 	DataDir string
 	// RaftAddr is the host:port replicas of other nodes reach this one at.
 	RaftAddr string
+	// RaftTLS secures the Raft traffic between nodes with mutual TLS 1.3
+	// (transport.go); nil: plain TCP. Give both of its configurations or
+	// neither: nodes that differ cannot talk.
+	RaftTLS *TransportTLS
 	// GRPCAddr is where clients reach the store ("127.0.0.1:0" picks a
 	// free port; see Node.GRPCAddr).
 	GRPCAddr string
@@ -50,6 +56,14 @@ type Config struct {
 	LogDBMemory string
 	// ProposalTimeout bounds a commit or read that came without deadline.
 	ProposalTimeout time.Duration
+
+	// TLS is the node's credentials (a store identity): its gRPC service
+	// takes only clients with a certificate of the cell's CA, and Raft
+	// traffic only store nodes. Nil serves everything in plaintext to
+	// anyone (troupe store --insecure).
+	TLS *pki.Source
+	// Rules authorize requests when TLS is set (nil: authz.Default()).
+	Rules *authz.Rules
 
 	Server server.Config
 	Watch  watch.Config
@@ -93,6 +107,9 @@ func (c Config) Validate() error {
 			add("node: %s %q: %v", name, a, err)
 		}
 	}
+	if t := c.RaftTLS; t != nil && (t.Server == nil) != (t.Client == nil) {
+		add("node: RaftTLS needs both a Server and a Client configuration, or neither")
+	}
 	if c.Shards == 0 || c.Shards > 1024 {
 		add("node: Shards must be in [1, 1024], got %d", c.Shards)
 	}
@@ -131,6 +148,9 @@ func (c Config) Validate() error {
 	}
 	if c.Logger == nil {
 		add("node: Logger is required")
+	}
+	if c.TLS != nil && c.TLS.Identity().Role != pki.RoleStore {
+		add("node: the TLS certificate names %s; a store node needs a store identity", c.TLS.Identity())
 	}
 	return errors.Join(errs...)
 }

@@ -3,7 +3,8 @@
 // (cellstore/statemachine), the watch hub fed by those replicas, the gRPC
 // store and admin services, and an HTTP endpoint for health and Prometheus
 // metrics. Membership changes are in members.go (a joining node's learner
-// stage in learner.go), backup and restore in backup.go.
+// stage in learner.go), backup and restore in backup.go, the Raft
+// transport between nodes (plain TCP or mutual TLS) in transport.go.
 package node
 
 import (
@@ -26,7 +27,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
+	"github.com/troupe-cluster/troupe/cellstore/authz"
 	"github.com/troupe-cluster/troupe/cellstore/server"
 	"github.com/troupe-cluster/troupe/cellstore/statemachine"
 	"github.com/troupe-cluster/troupe/cellstore/watch"
@@ -107,6 +110,8 @@ func (n *Node) startRaft(meta cellMeta) error {
 		RaftAddress:    cfg.RaftAddr,
 		Expert:         expertConfig(cfg.LogDBMemory),
 	}
+	// Always Troupe's transport, plain or TLS: one code path everywhere.
+	nhc.Expert.TransportFactory = newTransportFactory(cfg.RaftTLS, n.log)
 	nh, err := dragonboat.NewNodeHost(nhc)
 	if err != nil {
 		return fmt.Errorf("node: start raft host: %w", err)
@@ -181,6 +186,17 @@ func (n *Node) startRaft(meta cellMeta) error {
 	scfg := cfg.Server
 	scfg.Logger = n.log
 	scfg.Metrics = server.NewMetrics(n.registry)
+	var opts []grpc.ServerOption
+	if cfg.TLS != nil {
+		rules := cfg.Rules
+		if rules == nil {
+			rules = authz.Default()
+		}
+		scfg.Authorizer = &server.RulesAuthorizer{Rules: rules, Logger: n.log, Metrics: scfg.Metrics}
+		// Any identity of the cell may connect; authorization decides
+		// what each may do.
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS.ServerConfig(nil, false))))
+	}
 	srv, err := server.New(scfg, backend, n.hub, cfg.Shards)
 	if err != nil {
 		close(n.stop)
@@ -189,7 +205,7 @@ func (n *Node) startRaft(meta cellMeta) error {
 		return err
 	}
 	go n.recoverTxns(srv, scfg.TxnTimeout)
-	n.grpcServer = grpc.NewServer(grpc.MaxRecvMsgSize(cfg.Server.Limits.MaxRequestBytes + 64<<10))
+	n.grpcServer = grpc.NewServer(append(opts, grpc.MaxRecvMsgSize(cfg.Server.Limits.MaxRequestBytes+64<<10))...)
 	storev1.RegisterStoreServer(n.grpcServer, srv)
 	storev1.RegisterAdminServer(n.grpcServer, server.NewAdmin(srv, backend))
 	n.registry.MustRegister(&raftCollector{n: n}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -154,7 +154,7 @@ func LoadCA(certFile, keyFile string) (*CA, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pki: CA key: %w (issuing needs the CA's private key)", err)
 	}
-	cert, err := parseCert(certPEM, certFile)
+	cert, err := ParseCertificate(certPEM, certFile)
 	if err != nil {
 		return nil, err
 	}
@@ -176,8 +176,9 @@ func LoadCA(certFile, keyFile string) (*CA, error) {
 	return &CA{Cert: cert, Key: signer}, nil
 }
 
-// parseCert parses the first certificate of a PEM file's content.
-func parseCert(data []byte, file string) (*x509.Certificate, error) {
+// ParseCertificate parses the first certificate of a PEM file's content;
+// file names it in errors.
+func ParseCertificate(data []byte, file string) (*x509.Certificate, error) {
 	block, _ := pem.Decode(data)
 	if block == nil || block.Type != "CERTIFICATE" {
 		return nil, fmt.Errorf("pki: %s holds no PEM certificate", file)

@@ -6,6 +6,7 @@ import (
 	"net"
 
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // GRPCCredentials are a gRPC client's transport credentials from s: TLS
@@ -37,4 +38,13 @@ func (c *grpcCreds) ClientHandshake(ctx context.Context, authority string, conn 
 
 func (c *grpcCreds) Clone() credentials.TransportCredentials {
 	return &grpcCreds{TransportCredentials: c.TransportCredentials.Clone(), s: c.s, accept: c.accept}
+}
+
+// StoreCredentials are the gRPC credentials of a client of store nodes
+// presenting s; plaintext when s is nil (a store run with --insecure).
+func StoreCredentials(s *Source) credentials.TransportCredentials {
+	if s == nil {
+		return insecure.NewCredentials()
+	}
+	return GRPCCredentials(s, AcceptRoles(RoleStore))
 }

@@ -44,7 +44,11 @@ func EnsureLocal(dir string, cell LocalCell, now time.Time) (*CA, error) {
 	if cell.Validity <= 0 {
 		cell.Validity = DefaultLeafValidity
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	// The parents as any directory; the keys' own directory private.
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, err
 	}
 	caFiles := DirFiles(dir, "ca")
@@ -89,7 +93,7 @@ func fresh(f Files, ca *CA, l Leaf, now time.Time) bool {
 	if err != nil {
 		return false
 	}
-	cert, err := parseCert(data, f.Cert)
+	cert, err := ParseCertificate(data, f.Cert)
 	if err != nil || cert.CheckSignatureFrom(ca.Cert) != nil {
 		return false
 	}

@@ -11,6 +11,7 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -61,7 +62,8 @@ type Config struct {
 	// MaxInflightPerIdentity bounds one identity's share of MaxInflight:
 	// beyond it that identity's commits fail fast with RESOURCE_EXHAUSTED
 	// while others' still run. Callers without an identity (no TLS) are
-	// bound by MaxInflight alone.
+	// bound by MaxInflight alone. 0: a quarter of MaxInflight, so three
+	// identities flooding at once leave room for everyone else.
 	MaxInflightPerIdentity int
 	// TxnTimeout is how long a cross-shard transaction may stay prepared
 	// before any leader that finds it settles it (aborting it unless
@@ -95,15 +97,12 @@ func DefaultConfig() Config {
 		LogRetention:     100000,
 		ProgressInterval: time.Second,
 		MaxInflight:      4096,
-		// A quarter: three identities flooding at once leave room for
-		// everyone else.
-		MaxInflightPerIdentity: 1024,
-		TxnTimeout:             5 * time.Second,
-		FreezeTimeout:          2 * time.Second,
-		FrozenRetry:            2 * time.Millisecond,
-		Authorizer:             AllowAll{},
-		Now:                    time.Now,
-		Logger:                 zap.NewNop(),
+		TxnTimeout:       5 * time.Second,
+		FreezeTimeout:    2 * time.Second,
+		FrozenRetry:      2 * time.Millisecond,
+		Authorizer:       AllowAll{},
+		Now:              time.Now,
+		Logger:           zap.NewNop(),
 	}
 }
 
@@ -121,8 +120,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("server: ProgressInterval must be positive, got %v", c.ProgressInterval)
 	case c.MaxInflight <= 0:
 		return fmt.Errorf("server: MaxInflight must be positive, got %d", c.MaxInflight)
-	case c.MaxInflightPerIdentity <= 0 || c.MaxInflightPerIdentity > c.MaxInflight:
-		return fmt.Errorf("server: MaxInflightPerIdentity must be in [1, MaxInflight=%d], got %d", c.MaxInflight, c.MaxInflightPerIdentity)
+	case c.MaxInflightPerIdentity < 0 || c.MaxInflightPerIdentity > c.MaxInflight:
+		return fmt.Errorf("server: MaxInflightPerIdentity must be in [0, MaxInflight=%d], got %d", c.MaxInflight, c.MaxInflightPerIdentity)
 	case c.TxnTimeout <= 0:
 		return fmt.Errorf("server: TxnTimeout must be positive, got %v", c.TxnTimeout)
 	case c.FreezeTimeout <= 0 || c.FrozenRetry <= 0:
@@ -154,7 +153,7 @@ func New(cfg Config, backend Backend, hub *watch.Hub, shards uint32) (*Server, e
 		cfg.Metrics = NewMetrics(nil)
 	}
 	return &Server{cfg: cfg, backend: backend, hub: hub, router: keyspace.NewRouter(shards),
-		inflight: newInflight(cfg.MaxInflight, cfg.MaxInflightPerIdentity, func(id pki.Identity) { cfg.Metrics.throttled.WithLabelValues(id.Role).Inc() })}, nil
+		inflight: newInflight(cfg.MaxInflight, cmp.Or(cfg.MaxInflightPerIdentity, max(1, cfg.MaxInflight/4)), func(id pki.Identity) { cfg.Metrics.throttled.WithLabelValues(id.Role).Inc() })}, nil
 }
 
 // Commit implements storev1.StoreServer.

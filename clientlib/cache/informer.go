@@ -29,7 +29,7 @@ type InformerConfig[T Object] struct {
 	// IsCompacted reports a watch error that needs a relist.
 	IsCompacted func(error) bool
 	// Decode turns a stored key and value into an object (version filled
-	// in).
+	// in). A value it refuses is skipped (see Handler.OnUnreadable).
 	Decode  func(key string, value []byte, version uint64) (T, error)
 	Indexes map[string]IndexFunc[T]
 	// RetryDelay is the pause before listing again after a failed list or
@@ -47,6 +47,13 @@ type Handler[T Object] struct {
 	OnAdd    func(key string, obj T)
 	OnUpdate func(key string, old, cur T)
 	OnDelete func(key string, old T)
+	// OnUnreadable is called when the value at key becomes one that
+	// Decode refuses, err saying why. The cache skips it: it holds no
+	// object at key (OnDelete came first if it held one) until the key is
+	// deleted or holds a value it can read again. The informer logs one
+	// error and calls OnUnreadable once for each such spell, however often
+	// the value is rewritten or relisted meanwhile.
+	OnUnreadable func(key string, err error)
 }
 
 // Informer lists a prefix, then watches it into an Indexer, relisting when
@@ -55,6 +62,10 @@ type Informer[T Object] struct {
 	cfg      InformerConfig[T]
 	indexer  *Indexer[T]
 	handlers []Handler[T]
+
+	mu sync.Mutex // guards unreadable
+	// unreadable are the values skipped, by key.
+	unreadable map[string]skipped
 
 	synced   atomic.Bool
 	syncOnce sync.Once
@@ -72,7 +83,13 @@ func NewInformer[T Object](cfg InformerConfig[T]) *Informer[T] {
 	if cfg.RetryDelay <= 0 {
 		cfg.RetryDelay = 100 * time.Millisecond
 	}
-	return &Informer[T]{cfg: cfg, indexer: NewIndexer(cfg.Indexes), syncedCh: make(chan struct{})}
+	return &Informer[T]{cfg: cfg, indexer: NewIndexer(cfg.Indexes), unreadable: map[string]skipped{}, syncedCh: make(chan struct{})}
+}
+
+// skipped is a value Decode refused: its version and why.
+type skipped struct {
+	version uint64
+	err     error
 }
 
 // AddHandler registers h; call it before Run.
@@ -92,6 +109,23 @@ func (in *Informer[T]) WaitForSync(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("cache %s not synced: %w", in.cfg.Prefix, ctx.Err())
 	}
+}
+
+// Unreadable returns why the cache skipped the value at key (Decode's
+// error), or nil if it did not. A reader that takes a key's absence from
+// the cache to mean its absence from the store (to create the key, or to
+// delete what depends on it) checks here first.
+func (in *Informer[T]) Unreadable(key string) error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.unreadable[key].err
+}
+
+// unreadableCount counts the values the cache skips.
+func (in *Informer[T]) unreadableCount() int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return len(in.unreadable)
 }
 
 // EventsApplied counts the watch events applied to the cache.
@@ -142,15 +176,21 @@ func (in *Informer[T]) list(ctx context.Context) ([]byte, error) {
 	}
 	objs := make(map[string]T, len(kvs))
 	sizes := make(map[string]int, len(kvs))
+	bad := map[string]skipped{}
 	for _, kv := range kvs {
 		obj, err := in.cfg.Decode(kv.GetKey(), kv.GetValue(), kv.GetVersion())
 		if err != nil {
-			in.cfg.Logger.Warn("cache: undecodable object skipped", zap.String("key", kv.GetKey()), zap.Error(err))
+			bad[kv.GetKey()] = skipped{kv.GetVersion(), err}
 			continue
 		}
 		objs[kv.GetKey()] = obj
 		sizes[kv.GetKey()] = len(kv.GetValue())
 	}
+	// Before the handlers run, so that they see the skipped keys.
+	in.mu.Lock()
+	prev := in.unreadable
+	in.unreadable = bad
+	in.mu.Unlock()
 	for _, key := range in.indexer.Keys() {
 		if _, ok := objs[key]; !ok {
 			old, _ := in.indexer.peek(key)
@@ -168,6 +208,11 @@ func (in *Informer[T]) list(ctx context.Context) ([]byte, error) {
 			in.notifyUpdate(key, old, obj)
 		} else {
 			in.notifyAdd(key, obj)
+		}
+	}
+	for key, s := range bad {
+		if _, ok := prev[key]; !ok {
+			in.notifyUnreadable(key, s)
 		}
 	}
 	in.synced.Store(true)
@@ -195,26 +240,39 @@ func (in *Informer[T]) watch(ctx context.Context, cursor []byte) error {
 }
 
 // apply applies one event, skipping those older than what the cache holds
-// (a relist may have read past them).
+// or skips (a relist may have read past them).
 func (in *Informer[T]) apply(ev *storev1.Event) {
 	key, ver := ev.GetKv().GetKey(), ev.GetKv().GetVersion()
 	old, existed := in.indexer.peek(key)
-	if existed && version(old) >= ver {
+	in.mu.Lock()
+	prev, wasBad := in.unreadable[key]
+	in.mu.Unlock()
+	if existed && version(old) >= ver || wasBad && prev.version >= ver {
 		return
 	}
 	in.events.Add(1)
-	switch ev.GetType() {
-	case storev1.EventType_EVENT_TYPE_DELETE:
+	var obj T
+	var err error
+	if ev.GetType() != storev1.EventType_EVENT_TYPE_DELETE {
+		obj, err = in.cfg.Decode(key, ev.GetKv().GetValue(), ver)
+	}
+	in.mu.Lock()
+	if err != nil {
+		in.unreadable[key] = skipped{ver, err}
+	} else {
+		delete(in.unreadable, key)
+	}
+	in.mu.Unlock()
+	switch {
+	case ev.GetType() == storev1.EventType_EVENT_TYPE_DELETE || err != nil:
 		if existed {
 			in.indexer.delete(key)
 			in.notifyDelete(key, old)
 		}
-	default:
-		obj, err := in.cfg.Decode(key, ev.GetKv().GetValue(), ver)
-		if err != nil {
-			in.cfg.Logger.Warn("cache: undecodable object skipped", zap.String("key", key), zap.Error(err))
-			return
+		if err != nil && !wasBad {
+			in.notifyUnreadable(key, skipped{ver, err})
 		}
+	default:
 		in.indexer.set(key, obj, len(ev.GetKv().GetValue()))
 		if existed {
 			in.notifyUpdate(key, old, obj)
@@ -244,6 +302,18 @@ func (in *Informer[T]) notifyDelete(key string, old T) {
 	for _, h := range in.handlers {
 		if h.OnDelete != nil {
 			h.OnDelete(key, old)
+		}
+	}
+}
+
+// notifyUnreadable logs that the value at key is skipped and tells the
+// handlers, once for each spell of the key's unreadability.
+func (in *Informer[T]) notifyUnreadable(key string, s skipped) {
+	in.cfg.Logger.Error("cache: unreadable value skipped", zap.String("prefix", in.cfg.Prefix), zap.String("key", key),
+		zap.Uint64("version", s.version), zap.Error(s.err))
+	for _, h := range in.handlers {
+		if h.OnUnreadable != nil {
+			h.OnUnreadable(key, s.err)
 		}
 	}
 }

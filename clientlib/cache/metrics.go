@@ -11,6 +11,8 @@ var (
 	descRelists = prometheus.NewDesc("troupe_cache_relists_total", "Relists of a client cache (compacted cursor, broken watch).", []string{"prefix"}, nil)
 	descLag     = prometheus.NewDesc("troupe_cache_watch_lag_seconds", "Time since a client cache's watch last delivered a response.", []string{"prefix"}, nil)
 	descSynced  = prometheus.NewDesc("troupe_cache_synced", "1 once a client cache has applied its first list.", []string{"prefix"}, nil)
+	descSkipped = prometheus.NewDesc("troupe_cache_unreadable", "Values a client cache skips because it cannot read them (each logged once).",
+		[]string{"prefix"}, nil)
 )
 
 // Collector exports the informer's figures in Prometheus format, labelled
@@ -20,7 +22,7 @@ func (in *Informer[T]) Collector() prometheus.Collector { return informerCollect
 type informerCollector[T Object] struct{ in *Informer[T] }
 
 func (c informerCollector[T]) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descObjects, descBytes, descEvents, descRelists, descLag, descSynced} {
+	for _, d := range []*prometheus.Desc{descObjects, descBytes, descEvents, descRelists, descLag, descSynced, descSkipped} {
 		ch <- d
 	}
 }
@@ -37,4 +39,5 @@ func (c informerCollector[T]) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descRelists, prometheus.CounterValue, float64(c.in.Relists()), p)
 	ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, c.in.WatchLag().Seconds(), p)
 	ch <- prometheus.MustNewConstMetric(descSynced, prometheus.GaugeValue, synced, p)
+	ch <- prometheus.MustNewConstMetric(descSkipped, prometheus.GaugeValue, float64(c.in.unreadableCount()), p)
 }

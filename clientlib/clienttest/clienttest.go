@@ -15,7 +15,10 @@ import (
 	"strings"
 	"testing"
 
+	"go.uber.org/zap"
+
 	"github.com/troupe-cluster/troupe/cellstore/localcell"
+	"github.com/troupe-cluster/troupe/cellstore/pki"
 	"github.com/troupe-cluster/troupe/clientlib"
 )
 
@@ -38,16 +41,62 @@ func Start(ctx context.Context, t testing.TB) *Cell {
 	return &Cell{Cell: lc, t: t}
 }
 
-// Client returns a new client of the cell, with the default configuration,
-// closed when the test that started the cell ends.
+// admin is the identity of Client's clients.
+var admin = pki.Identity{Role: pki.RoleAdmin, Name: "clienttest"}
+
+// Client returns a new client of the cell, with the default configuration
+// and the cell's admin identity, closed when the test that started the
+// cell ends.
 func (c *Cell) Client() *clientlib.Client {
 	c.t.Helper()
-	cl, err := clientlib.New(clientlib.DefaultConfig(c.Endpoints()...))
+	return c.client(admin, zap.NewNop())
+}
+
+// ClientLogging returns a new client like Client's that logs to log.
+func (c *Cell) ClientLogging(log *zap.Logger) *clientlib.Client {
+	c.t.Helper()
+	return c.client(admin, log)
+}
+
+// ClientAs returns a new client presenting id (a certificate the cell's
+// CA issues for it), as Client's otherwise.
+func (c *Cell) ClientAs(id pki.Identity) *clientlib.Client {
+	c.t.Helper()
+	return c.client(id, zap.NewNop())
+}
+
+func (c *Cell) client(id pki.Identity, log *zap.Logger) *clientlib.Client {
+	c.t.Helper()
+	cfg := clientlib.DefaultConfig(c.Endpoints()...)
+	cfg.Logger = log
+	var err error
+	if cfg.TLS, err = c.Credentials(id); err != nil {
+		c.t.Fatal(err)
+	}
+	cl, err := clientlib.New(cfg)
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	c.t.Cleanup(func() { cl.Close() })
 	return cl
+}
+
+// Flags returns the credential flags of a troupe process presenting id
+// (--ca, --cert, --key), issuing its certificate.
+func (c *Cell) Flags(id pki.Identity) []string {
+	c.t.Helper()
+	f, err := c.CredentialFiles(id)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return []string{"--ca", f.CA, "--cert", f.Cert, "--key", f.Key}
+}
+
+// AdminFlags are the credential flags of the cell's admin, as the CLI
+// takes them.
+func (c *Cell) AdminFlags() []string {
+	c.t.Helper()
+	return c.Flags(admin)
 }
 
 // Store returns the gRPC addresses of the cell's running nodes joined with

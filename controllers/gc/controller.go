@@ -10,6 +10,8 @@ package gc
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -33,6 +35,11 @@ type Collector struct {
 	c     *clientlib.Client
 	runs  *cache.Informer[*troupev1.Run]
 	tasks *cache.Informer[*troupev1.Task]
+
+	mu sync.Mutex // guards skipped
+	// skipped are the unreadable events the last pass skipped (and
+	// logged), by key: a pass logs only those new since.
+	skipped map[string]bool
 }
 
 // New returns a collector over client c.
@@ -71,6 +78,11 @@ func (gc *Collector) Collect(ctx context.Context) (int, error) {
 	deleted, errs := deleteIf(ctx, gc.c, clientlib.Runs, gc.runs.Indexer().List(), func(r *troupev1.Run) bool { return gc.collectable(r, now) })
 	for _, k := range []clientlib.Kind[*troupev1.Event]{clientlib.Events, clientlib.MachineEvents} {
 		events, _, err := clientlib.List(ctx, gc.c, k, "")
+		var unreadable clientlib.Unreadables
+		if err == nil || errors.As(err, &unreadable) {
+			gc.reportUnreadable(k, unreadable)
+			err = nil
+		}
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -82,6 +94,26 @@ func (gc *Collector) Collect(ctx context.Context) (int, error) {
 		errs = append(errs, more...)
 	}
 	return deleted, errors.Join(errs...)
+}
+
+// reportUnreadable logs the unreadable events of kind k a pass skipped, each once for
+// as long as it stays unreadable.
+func (gc *Collector) reportUnreadable(k clientlib.Kind[*troupev1.Event], unreadable clientlib.Unreadables) {
+	gc.mu.Lock()
+	defer gc.mu.Unlock()
+	prev := gc.skipped
+	gc.skipped = map[string]bool{}
+	for key := range prev {
+		if !strings.HasPrefix(key, k.Prefix) {
+			gc.skipped[key] = true
+		}
+	}
+	for _, u := range unreadable {
+		if !prev[u.Key] {
+			gc.cfg.Logger.Error("gc: unreadable event skipped", zap.String("key", u.Key), zap.Uint64("version", u.Version), zap.Error(u.Err))
+		}
+		gc.skipped[u.Key] = true
+	}
 }
 
 // deleteIf deletes the objects of kind k that collectable accepts.
@@ -107,8 +139,12 @@ func (gc *Collector) collectable(run *troupev1.Run, now time.Time) bool {
 		return false // running, or finished too recently
 	}
 	// The run's name is the task's "<namespace>/<job>/<index>".
-	task, ok := gc.tasks.Indexer().Get(clientlib.Tasks.Prefix + run.GetMetadata().GetName())
-	if !ok || task.GetSpec().GetAttempt() > run.GetAttempt() {
+	key := clientlib.Tasks.Prefix + run.GetMetadata().GetName()
+	task, ok := gc.tasks.Indexer().Get(key)
+	switch {
+	case !ok:
+		return gc.tasks.Unreadable(key) == nil // gone; an unreadable task may still need it
+	case task.GetSpec().GetAttempt() > run.GetAttempt():
 		return true
 	}
 	switch task.GetStatus().GetPhase() {

@@ -81,14 +81,15 @@ func New(c *clientlib.Client, cfg Config) (*Controller, error) {
 	ctl.tasks = clientlib.NewInformer(c, clientlib.Tasks, "", clientlib.TaskIndexes())
 	ctl.runs = clientlib.NewInformer(c, clientlib.Runs, "", nil)
 	ctl.jobs.AddHandler(cache.Handler[*troupev1.Job]{
-		OnAdd:    func(k string, _ *troupev1.Job) { ctl.queue.Add(jobFromKey(k, clientlib.Jobs.Prefix)) },
-		OnUpdate: func(k string, _, _ *troupev1.Job) { ctl.queue.Add(jobFromKey(k, clientlib.Jobs.Prefix)) },
-		OnDelete: func(k string, _ *troupev1.Job) { ctl.queue.Add(jobFromKey(k, clientlib.Jobs.Prefix)) },
+		OnAdd:        func(k string, _ *troupev1.Job) { ctl.queue.Add(jobFromKey(k, clientlib.Jobs.Prefix)) },
+		OnUpdate:     func(k string, _, _ *troupev1.Job) { ctl.queue.Add(jobFromKey(k, clientlib.Jobs.Prefix)) },
+		OnDelete:     func(k string, _ *troupev1.Job) { ctl.queue.Add(jobFromKey(k, clientlib.Jobs.Prefix)) },
+		OnUnreadable: cfg.Events.RecordUnreadable,
 	})
 	taskJob := func(t *troupev1.Task) { ctl.queue.Add(t.GetMetadata().GetNamespace() + "/" + t.GetSpec().GetJob()) }
 	ctl.tasks.AddHandler(cache.Handler[*troupev1.Task]{
 		OnAdd: func(_ string, t *troupev1.Task) { taskJob(t) }, OnUpdate: func(_ string, _, t *troupev1.Task) { taskJob(t) },
-		OnDelete: func(_ string, t *troupev1.Task) { taskJob(t) },
+		OnDelete: func(_ string, t *troupev1.Task) { taskJob(t) }, OnUnreadable: cfg.Events.RecordUnreadable,
 	})
 	runJob := func(r *troupev1.Run) {
 		if ns, rest, ok := strings.Cut(r.GetMetadata().GetName(), "/"); ok {
@@ -99,6 +100,7 @@ func New(c *clientlib.Client, cfg Config) (*Controller, error) {
 	}
 	ctl.runs.AddHandler(cache.Handler[*troupev1.Run]{
 		OnAdd: func(_ string, r *troupev1.Run) { runJob(r) }, OnUpdate: func(_ string, _, r *troupev1.Run) { runJob(r) },
+		OnUnreadable: cfg.Events.RecordUnreadable,
 	})
 	return ctl, nil
 }
@@ -163,6 +165,9 @@ func (ctl *Controller) sync(ctx context.Context, jobName string) (time.Duration,
 	for _, t := range ctl.tasks.Indexer().ByIndex(clientlib.IndexJob, jobName) {
 		tasks[t.GetSpec().GetIndex()] = t
 	}
+	if !ok && ctl.jobs.Unreadable(clientlib.Jobs.Prefix+jobName) != nil {
+		return 0, nil // skipped: neither created nor gone
+	}
 	if !ok {
 		// The job is gone: its tasks go too. Only if the store agrees: a
 		// job written with its tasks may reach the task cache first.
@@ -218,6 +223,8 @@ func (ctl *Controller) sync(ctx context.Context, jobName string) (time.Duration,
 				}
 			}
 			continue
+		case !exists && ctl.tasks.Unreadable(taskKey(jobName, i)) != nil:
+			continue // skipped: not recreated over, nor counted
 		case !exists:
 			missing = append(missing, newTask(job, i, now))
 			status.Pending++

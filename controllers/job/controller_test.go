@@ -73,16 +73,20 @@ func (c *cell) addMachinesAndSchedulers() {
 }
 
 // runController runs the job controller with workers workers.
-func (c *cell) runController(workers int) {
+func (c *cell) runController(workers int) { c.runControllerLogging(workers, zap.NewNop()) }
+
+// runControllerLogging runs the job controller, and its client, logging
+// to log.
+func (c *cell) runControllerLogging(workers int, log *zap.Logger) {
 	t := c.t
 	t.Helper()
-	cl := c.lc.Client()
+	cl := c.lc.ClientLogging(log)
 	events, err := clientlib.NewEventRecorder(cl, clientlib.DefaultEventRecorderConfig("job-controller"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	go events.Run(c.ctx)
-	ctl, err := job.New(cl, job.Config{Now: time.Now, Logger: zap.NewNop(), Events: events, Workers: workers,
+	ctl, err := job.New(cl, job.Config{Now: time.Now, Logger: log, Events: events, Workers: workers,
 		Queue: cache.QueueConfig{BaseDelay: 5 * time.Millisecond, MaxDelay: 100 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)

@@ -49,11 +49,15 @@ func New(c *clientlib.Client, cfg Config) (*Controller, error) {
 	if cfg.Now == nil || cfg.Logger == nil || cfg.Interval <= 0 {
 		return nil, errors.New("node controller: Now, Logger and a positive Interval are required")
 	}
-	return &Controller{cfg: cfg, c: c,
+	ctl := &Controller{cfg: cfg, c: c,
 		machines: clientlib.NewInformer(c, clientlib.Machines, "", nil),
 		leases:   clientlib.NewInformer(c, clientlib.Leases, "", nil),
 		tasks:    clientlib.NewInformer(c, clientlib.Tasks, "", clientlib.TaskIndexes()),
-	}, nil
+	}
+	ctl.machines.AddHandler(cache.Handler[*troupev1.Machine]{OnUnreadable: cfg.Events.RecordUnreadable})
+	ctl.leases.AddHandler(cache.Handler[*troupev1.Lease]{OnUnreadable: cfg.Events.RecordUnreadable})
+	ctl.tasks.AddHandler(cache.Handler[*troupev1.Task]{OnUnreadable: cfg.Events.RecordUnreadable})
+	return ctl, nil
 }
 
 // Run checks leases every Interval until ctx ends.
@@ -81,6 +85,9 @@ func (ctl *Controller) Check(ctx context.Context) {
 	for _, m := range ctl.machines.Indexer().List() {
 		name := m.GetMetadata().GetName()
 		lease, ok := ctl.leases.Indexer().Get(clientlib.Leases.Prefix + name)
+		if !ok && ctl.leases.Unreadable(clientlib.Leases.Prefix+name) != nil {
+			continue // the lease is skipped: whether the machine is alive is unknown
+		}
 		alive := ok && lease.GetRenewed().AsTime().Add(lease.GetDuration().AsDuration()).After(now)
 		lost := m.GetStatus().GetPhase() == troupev1.MachinePhase_MACHINE_PHASE_LOST
 		var err error

@@ -132,13 +132,17 @@ func New(c *clientlib.Client, cfg Config) (*Scheduler, error) {
 	s := &Scheduler{cfg: cfg, c: c, cache: cc, ownCache: own, tasks: cc.tasks, view: cc.view,
 		queue: cache.NewWorkQueue(cache.DefaultQueueConfig()), stats: newStats(cfg.Now()),
 		wake: make(chan struct{}, 1), assumed: map[string]map[string]assumed{}, seen: map[string]bool{}}
+	// What the shared caches skip as unreadable they log once; each
+	// instance records it, as separate processes would.
 	cc.tasks.AddHandler(cache.Handler[*troupev1.Task]{
-		OnAdd:    func(key string, t *troupev1.Task) { s.taskChanged(key, t) },
-		OnUpdate: func(key string, _, t *troupev1.Task) { s.taskChanged(key, t) },
+		OnAdd:        func(key string, t *troupev1.Task) { s.taskChanged(key, t) },
+		OnUpdate:     func(key string, _, t *troupev1.Task) { s.taskChanged(key, t) },
+		OnUnreadable: cfg.Events.RecordUnreadable,
 	})
 	cc.machines.AddHandler(cache.Handler[*troupev1.Machine]{
-		OnAdd:    func(string, *troupev1.Machine) { s.wakeAll() },
-		OnUpdate: func(string, *troupev1.Machine, *troupev1.Machine) { s.wakeAll() },
+		OnAdd:        func(string, *troupev1.Machine) { s.wakeAll() },
+		OnUpdate:     func(string, *troupev1.Machine, *troupev1.Machine) { s.wakeAll() },
+		OnUnreadable: cfg.Events.RecordUnreadable,
 	})
 	cc.counters.AddHandler(cache.Handler[*troupev1.Counter]{
 		OnUpdate: func(_ string, old, cur *troupev1.Counter) {
@@ -146,7 +150,8 @@ func New(c *clientlib.Client, cfg Config) (*Scheduler, error) {
 				s.wakeAll() // capacity was released
 			}
 		},
-		OnDelete: func(string, *troupev1.Counter) { s.wakeAll() },
+		OnDelete:     func(string, *troupev1.Counter) { s.wakeAll() },
+		OnUnreadable: cfg.Events.RecordUnreadable,
 	})
 	return s, nil
 }

@@ -64,16 +64,16 @@ func RunCacheBench(ctx context.Context, machines, tasks int) (CacheResult, error
 	start := time.Now()
 	mc := cache.NewInformer(cache.InformerConfig[*troupev1.Machine]{
 		Prefix: clientlib.Machines.Prefix, List: store.List, Watch: idleWatch, IsCompacted: clientlib.IsCompacted,
-		Decode: func(_ string, v []byte, ver uint64) (*troupev1.Machine, error) {
-			return clientlib.Decode(clientlib.Machines, v, ver)
+		Decode: func(key string, v []byte, ver uint64) (*troupev1.Machine, error) {
+			return clientlib.DecodeAt(clientlib.Machines, key, v, ver)
 		},
 	})
 	feed := make(chan *storev1.WatchResponse, 64)
 	tc := cache.NewInformer(cache.InformerConfig[*troupev1.Task]{
 		Prefix: clientlib.Tasks.Prefix, List: store.List, IsCompacted: clientlib.IsCompacted,
 		Watch: func(ctx context.Context, _ string, _ []byte) cache.Stream { return &chanStream{ctx: ctx, ch: feed} },
-		Decode: func(_ string, v []byte, ver uint64) (*troupev1.Task, error) {
-			return clientlib.Decode(clientlib.Tasks, v, ver)
+		Decode: func(key string, v []byte, ver uint64) (*troupev1.Task, error) {
+			return clientlib.DecodeAt(clientlib.Tasks, key, v, ver)
 		},
 		Indexes: clientlib.TaskIndexes(),
 	})

@@ -15,6 +15,7 @@ import (
 	"github.com/troupe-cluster/troupe/agents/agent"
 	"github.com/troupe-cluster/troupe/agents/runtime"
 	"github.com/troupe-cluster/troupe/cellstore/localcell"
+	"github.com/troupe-cluster/troupe/cellstore/pki"
 	"github.com/troupe-cluster/troupe/clientlib"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 	"github.com/troupe-cluster/troupe/schedulers/framework"
@@ -96,12 +97,19 @@ func RunSchedule(ctx context.Context, cfg ScheduleConfig) (ScheduleResult, error
 		return res, err
 	}
 	defer cell.Close()
-	newClient := func() (*clientlib.Client, error) {
+	// The schedulers present a scheduler's identity, so their commits pay
+	// for authorization as in a cell; the setup and the hollow agents
+	// are the admin's.
+	newClient := func(role string) (*clientlib.Client, error) {
 		cc := clientlib.DefaultConfig(cell.Endpoints()...)
 		cc.Logger = cfg.Logger
+		var err error
+		if cc.TLS, err = cell.Credentials(pki.Identity{Role: role, Name: "bench"}); err != nil {
+			return nil, err
+		}
 		return clientlib.New(cc)
 	}
-	admin, err := newClient()
+	admin, err := newClient(pki.RoleAdmin)
 	if err != nil {
 		return res, err
 	}
@@ -116,7 +124,7 @@ func RunSchedule(ctx context.Context, cfg ScheduleConfig) (ScheduleResult, error
 		return res, fmt.Errorf("register machines: %w", err)
 	}
 	// The instances share one process, so they share its cell cache.
-	cacheClient, err := newClient()
+	cacheClient, err := newClient(pki.RoleScheduler)
 	if err != nil {
 		return res, err
 	}
@@ -130,7 +138,7 @@ func RunSchedule(ctx context.Context, cfg ScheduleConfig) (ScheduleResult, error
 			return res, err
 		}
 		modes.Conflict = cfg.Conflict
-		cl, err := newClient()
+		cl, err := newClient(pki.RoleScheduler)
 		if err != nil {
 			return res, err
 		}

@@ -13,10 +13,10 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/troupe-cluster/troupe/cellstore/keyspace"
+	"github.com/troupe-cluster/troupe/cellstore/pki"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -28,7 +28,9 @@ type TroupeConfig struct {
 	// (or meets an unavailable replica) is retried with the same txn_id,
 	// up to 3 tries in all.
 	AttemptTimeout time.Duration
-	// DialOptions are added to the default (no transport security).
+	// TLS is the credentials presented to the replicas (nil: plaintext).
+	TLS *pki.Source
+	// DialOptions are added to the default (TLS's credentials).
 	DialOptions []grpc.DialOption
 	// RouteToLeader sends each commit to the replica that leads its
 	// shard (learnt from Status in WaitReady), as a leader-aware client
@@ -85,7 +87,7 @@ func DialTroupe(cfg TroupeConfig) (*Troupe, error) {
 		return nil, err
 	}
 	t := &Troupe{cfg: cfg, endpoints: cfg.Endpoints, txnPrefix: "bench-" + hex.EncodeToString(nonce)}
-	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, cfg.DialOptions...)
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(pki.StoreCredentials(cfg.TLS))}, cfg.DialOptions...)
 	for _, ep := range cfg.Endpoints {
 		conn, err := grpc.NewClient(ep, opts...)
 		if err != nil {

@@ -22,7 +22,11 @@ func TestTroupeSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cell.Close()
-	sys, err := DialTroupe(DefaultTroupeConfig(cell.Endpoints()))
+	cfg := DefaultTroupeConfig(cell.Endpoints())
+	if cfg.TLS, err = cell.Admin(); err != nil {
+		t.Fatal(err)
+	}
+	sys, err := DialTroupe(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +74,7 @@ func TestTroupePlace4(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sys, closeSys, err := StartLocalTroupe(ctx, t.TempDir(), 1, ShardsFor(w, 1), nil)
+	sys, closeSys, err := StartLocalTroupe(ctx, t.TempDir(), 1, ShardsFor(w, 1), Secure, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,13 +1,40 @@
 // Command benchcompare runs the store comparison benchmark: the workloads
 // of package tools/bench (seq, cas, place, place4, split4) against a 3-replica
 // Troupe cell and then against a 3-member embedded etcd v3.7 cluster, each
-// in this process, with clients over gRPC on loopback, and prints one JSON
-// line per system and workload plus a ratio line (troupe over etcd) per
-// workload:
+// in this process, with clients over gRPC on loopback.
+//
+// -systems picks the systems, run in the order given (default
+// "troupe,etcd"):
+//
+//   - troupe: a secure cell, as Troupe runs by default (bench.Secure): TLS
+//     1.3 with client certificates, every key of every request authorized
+//     by the built-in rules (the benchmark's client is an admin).
+//   - troupe-noauthz: TLS as troupe, with rules that allow everything
+//     (bench.Unauthorized).
+//   - troupe-insecure: plaintext, no authorization (bench.Insecure).
+//   - etcd: peer and client TLS 1.3 with client certificates
+//     (--client-cert-auth, --peer-client-cert-auth), a CA and certificates
+//     made with cellstore/pki in the run's directory; etcd's own
+//     authentication (RBAC) stays off, as it is unless enabled.
+//   - etcd-insecure: plaintext.
+//
+// It prints one JSON line per system and workload, plus a ratio line
+// (troupe over etcd: the secure pair) per workload:
 //
 //	{"workload":"cas","system":"troupe","ops_per_sec":..,"p50_ms":..,"p99_ms":..}
 //	{"workload":"cas","system":"etcd","ops_per_sec":..,"p50_ms":..,"p99_ms":..}
 //	{"workload":"cas","ratio_ops":..,"ratio_p99":..}
+//
+// and, when the variants run, a cost line per workload and pair as soon
+// as both have a result (cost.go): authorization (troupe over
+// troupe-noauthz), TLS (troupe-noauthz over troupe-insecure, etcd over
+// etcd-insecure), both (troupe over troupe-insecure) and the plaintext
+// comparison (troupe-insecure over etcd-insecure):
+//
+//	{"workload":"cas","what":"authz","num":"troupe","den":"troupe-noauthz","ratio_ops":..,"ratio_p50":..,"ratio_p99":..,"extra_us_per_op":..}
+//
+// extra_us_per_op is 1/ops_per_sec of num minus that of den, in µs: what
+// the difference in throughput means per op.
 //
 // place4 and split4 run on a Troupe cell of their own with 4 shards, every
 // place4 commit cross-shard and every split4 op three single-shard commits
@@ -25,7 +52,8 @@
 // the main module. Run it with `make bench-compare` or
 //
 //	cd tools/benchcompare && DURATION=10s go run . -workloads=seq,cas,place,place4,split4
+//	cd tools/benchcompare && DURATION=10s go run . -workloads=seq,cas,place -systems troupe,troupe-noauthz,troupe-insecure,etcd,etcd-insecure
 //
 // The systems run one after the other, never at once: each gets the whole
-// machine. Both write to temporary directories with fsync on.
+// machine. All write to temporary directories with fsync on.
 package main

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"strconv"
@@ -23,13 +24,15 @@ type etcdSystem struct {
 
 var _ bench.System = (*etcdSystem)(nil)
 
-// dialEtcd connects one client to each endpoint.
-func dialEtcd(endpoints []string) (*etcdSystem, error) {
+// dialEtcd connects one client to each endpoint, over TLS with tlsCfg
+// (its client certificate and the CA it trusts) unless tlsCfg is nil.
+func dialEtcd(endpoints []string, tlsCfg *tls.Config) (*etcdSystem, error) {
 	s := &etcdSystem{counters: counterCache{m: map[string]counterValue{}}}
 	for _, ep := range endpoints {
 		c, err := clientv3.New(clientv3.Config{
 			Endpoints:   []string{ep},
 			DialTimeout: dialTimeout,
+			TLS:         tlsCfg,
 			Logger:      zap.NewNop(),
 		})
 		if err != nil {

@@ -2,8 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"strings"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/troupe-cluster/troupe/tools/bench"
 )
@@ -16,7 +21,7 @@ func TestEtcdSession(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	sys, closeSys, err := startEtcd(ctx, t.TempDir(), 3)
+	sys, closeSys, err := startEtcd(ctx, t.TempDir(), 3, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,6 +55,66 @@ func TestEtcdSession(t *testing.T) {
 		if want := int64(w.Clients() * 5); res.Ops != want {
 			t.Errorf("%s: %d ops, want %d", w.Name(), res.Ops, want)
 		}
+	}
+}
+
+// TestEtcdTLS starts a secure 3-member cluster (peer and client TLS 1.3,
+// client certificates), runs bench.CheckSystem through clients with the
+// client certificate, and checks that a client without one, or without
+// TLS, gets nothing done.
+func TestEtcdTLS(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	cluster, err := startEtcdCluster(ctx, dir, 3, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	for _, ep := range cluster.endpoints {
+		if !strings.HasPrefix(ep, "https://127.0.0.1:") {
+			t.Errorf("endpoint %s: want https://127.0.0.1:port", ep)
+		}
+	}
+	for _, m := range cluster.members {
+		if cfg := m.Config(); !cfg.PeerTLSInfo.ClientCertAuth || !cfg.ClientTLSInfo.ClientCertAuth || cfg.ListenPeerUrls[0].Scheme != "https" {
+			t.Errorf("member %s: peer %v client %v, peer URL %s: want client certificates on both over https",
+				cfg.Name, cfg.PeerTLSInfo, cfg.ClientTLSInfo, &cfg.ListenPeerUrls[0])
+		}
+	}
+	sys, err := dialEtcd(cluster.endpoints, cluster.clientTLS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sys.Close()
+	if err := bench.CheckSystem(ctx, sys, "/check"); err != nil {
+		t.Fatal(err)
+	}
+
+	// Without a client certificate the handshake fails (in TLS 1.3 the
+	// client learns it on its first read).
+	host := strings.TrimPrefix(cluster.endpoints[0], "https://")
+	noCert := cluster.clientTLS.Clone()
+	noCert.Certificates, noCert.GetClientCertificate = nil, nil
+	conn, err := tls.Dial("tcp", host, noCert)
+	if err == nil {
+		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err = conn.Read(make([]byte, 1))
+		conn.Close()
+	}
+	if err == nil || !strings.Contains(err.Error(), "certificate required") {
+		t.Errorf("TLS without a client certificate: %v, want certificate required", err)
+	}
+	// Without TLS nothing gets done.
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + host}, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	pctx, pcancel := context.WithTimeout(ctx, time.Second)
+	defer pcancel()
+	if _, err := c.Put(pctx, "/check/plaintext", "x"); err == nil {
+		t.Error("plaintext Put succeeded")
 	}
 }
 

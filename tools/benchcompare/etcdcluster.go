@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -12,9 +13,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/troupe-cluster/troupe/cellstore/pki"
 )
 
 // dialTimeout bounds client connection set-up.
@@ -25,6 +29,8 @@ const dialTimeout = 5 * time.Second
 type etcdCluster struct {
 	members   []*embed.Etcd
 	endpoints []string // client URLs, one per member
+	// clientTLS is what a client presents and trusts (nil: plaintext).
+	clientTLS *tls.Config
 	// closing silences the members' logs: etcd reports its own listeners'
 	// shutdown as errors.
 	closing *atomic.Bool
@@ -33,21 +39,33 @@ type etcdCluster struct {
 // startEtcdCluster starts n members, each with its own data directory
 // under dir and free loopback ports for peers and clients, and waits until
 // every member is ready to serve (a leader is elected and the member has
-// published itself) or ctx ends.
-func startEtcdCluster(ctx context.Context, dir string, n int) (*etcdCluster, error) {
+// published itself) or ctx ends. If secure, peers and clients speak TLS
+// 1.3 with client certificates (etcdPKI), as Troupe's secure cell does.
+func startEtcdCluster(ctx context.Context, dir string, n int, secure bool) (*etcdCluster, error) {
 	ports, err := freePorts(2 * n)
 	if err != nil {
 		return nil, err
 	}
-	peerURL := func(i int) url.URL { return url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i])} }
-	clientURL := func(i int) url.URL { return url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])} }
+	c := &etcdCluster{closing: new(atomic.Bool)}
+	scheme := "http"
+	var certs *etcdPKI
+	if secure {
+		scheme = "https"
+		if certs, err = newEtcdPKI(filepath.Join(dir, "pki"), n, time.Now()); err != nil {
+			return nil, err
+		}
+		if c.clientTLS, err = certs.tlsInfo(etcdClientCert).ClientConfig(); err != nil {
+			return nil, fmt.Errorf("etcd client TLS: %w", err)
+		}
+	}
+	peerURL := func(i int) url.URL { return url.URL{Scheme: scheme, Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i])} }
+	clientURL := func(i int) url.URL { return url.URL{Scheme: scheme, Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])} }
 	var initial []string
 	for i := range n {
 		u := peerURL(i)
 		initial = append(initial, fmt.Sprintf("m%d=%s", i, u.String()))
 	}
 
-	c := &etcdCluster{closing: new(atomic.Bool)}
 	logger := zap.New(closingCore{
 		Core: zapcore.NewCore(
 			zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()),
@@ -73,6 +91,13 @@ func startEtcdCluster(ctx context.Context, dir string, n int) (*etcdCluster, err
 		cfg.LogLevel = "error"
 		cfg.LogOutputs = []string{"stderr"}
 		cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(logger)
+		if certs != nil {
+			info := certs.tlsInfo(cfg.Name)
+			info.ClientCertAuth = true
+			cfg.ClientTLSInfo = info
+			cfg.PeerTLSInfo = info
+			cfg.TlsMinVersion = "TLS1.3"
+		}
 		e, err := embed.StartEtcd(cfg)
 		if err != nil {
 			c.Close()
@@ -94,6 +119,57 @@ func startEtcdCluster(ctx context.Context, dir string, n int) (*etcdCluster, err
 		}
 	}
 	return c, nil
+}
+
+// etcdClientCert names the certificate of the benchmark's clients in an
+// etcdPKI; the members' are named as the members (m0, m1, ...).
+const etcdClientCert = "client"
+
+// etcdPKI is a secure etcd cluster's certificates, made with Troupe's own
+// cellstore/pki so that both systems present the same kind (ECDSA P-256,
+// TLS 1.3): a CA, one certificate per member that serves and connects to
+// its peers (etcd checks that it names the host the member listens on,
+// 127.0.0.1, and that a peer's names the address it connects from, also
+// 127.0.0.1), and one client certificate. etcd ignores the certificates'
+// Troupe identities (URI SANs).
+type etcdPKI struct {
+	dir string
+}
+
+// etcdPKIValidity is the lifetime of a benchmark's certificates.
+const etcdPKIValidity = 24 * time.Hour
+
+// newEtcdPKI writes a new CA and the certificates of n members and of the
+// client into dir.
+func newEtcdPKI(dir string, n int, now time.Time) (*etcdPKI, error) {
+	ca, err := pki.NewCA("benchcompare-etcd", etcdPKIValidity, now)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := pki.WriteCA(dir, ca); err != nil {
+		return nil, err
+	}
+	for i := range n {
+		name := fmt.Sprintf("m%d", i)
+		leaf := pki.Leaf{Identity: pki.Identity{Role: pki.RoleStore, Name: "etcd-" + name}, Hosts: []string{"127.0.0.1", "localhost"}, Validity: etcdPKIValidity / 2}
+		if err := ca.IssueTo(dir, name, leaf, now); err != nil {
+			return nil, err
+		}
+	}
+	client := pki.Leaf{Identity: pki.Identity{Role: pki.RoleAdmin, Name: "benchcompare"}, Validity: etcdPKIValidity / 2}
+	if err := ca.IssueTo(dir, etcdClientCert, client, now); err != nil {
+		return nil, err
+	}
+	return &etcdPKI{dir: dir}, nil
+}
+
+// tlsInfo is etcd's description of certificate name's files, TLS 1.3 only.
+func (p *etcdPKI) tlsInfo(name string) transport.TLSInfo {
+	f := pki.DirFiles(p.dir, name)
+	return transport.TLSInfo{CertFile: f.Cert, KeyFile: f.Key, TrustedCAFile: f.CA, MinVersion: tls.VersionTLS13}
 }
 
 // Close stops every member.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 
 	"go.uber.org/zap"
@@ -51,11 +52,77 @@ func parseFlags(args []string) (options, error) {
 	if err := o.Register(fs); err != nil {
 		return o, err
 	}
-	fs.StringVar(&o.systems, "systems", "troupe,etcd", "comma-separated systems to run, in order: troupe, etcd")
+	fs.StringVar(&o.systems, "systems", "troupe,etcd", "comma-separated systems to run, in order: "+
+		"troupe (TLS, client certificates and authorization), troupe-noauthz (TLS, every request allowed), troupe-insecure (plaintext), "+
+		"etcd (TLS, client certificates), etcd-insecure (plaintext)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
+	if _, err := parseSystems(o.systems); err != nil {
+		return o, err
+	}
 	return o, o.Check(fs)
+}
+
+// The systems benchcompare runs: Troupe and etcd secured as each is by
+// default (TLS 1.3 with client certificates; Troupe authorizes every key
+// of every request, etcd has its RBAC off, as it is unless enabled), and
+// the variants that show what TLS and authorization cost.
+const (
+	sysTroupe         = "troupe"          // bench.Secure
+	sysTroupeNoAuthz  = "troupe-noauthz"  // bench.Unauthorized
+	sysTroupeInsecure = "troupe-insecure" // bench.Insecure
+	sysEtcd           = "etcd"            // peer and client TLS, client certificates
+	sysEtcdInsecure   = "etcd-insecure"   // plaintext
+)
+
+// knownSystems lists them.
+var knownSystems = []string{sysTroupe, sysTroupeNoAuthz, sysTroupeInsecure, sysEtcd, sysEtcdInsecure}
+
+// parseSystems parses -systems: known names. A name may come more than
+// once, for A/B runs that alternate systems (troupe,troupe-noauthz,troupe,
+// troupe-noauthz): each system runs afresh every time, and the ratio and
+// cost lines compare the latest results.
+func parseSystems(s string) ([]string, error) {
+	var order []string
+	for _, name := range strings.Split(s, ",") {
+		name = strings.TrimSpace(name)
+		if !slices.Contains(knownSystems, name) {
+			return nil, fmt.Errorf("-systems: unknown system %q (known: %s)", name, strings.Join(knownSystems, ", "))
+		}
+		order = append(order, name)
+	}
+	return order, nil
+}
+
+// starters are the known systems' starters; each system is reported
+// under its name.
+func starters(o options, logger *zap.Logger) map[string]bench.Starter {
+	troupe := func(name string, sec bench.Security) bench.Starter {
+		return func(ctx context.Context, dir string, shards int) (bench.System, func() error, error) {
+			sys, closeSys, err := bench.StartLocalTroupe(ctx, dir, o.Replicas, shards, sec, logger)
+			if err != nil {
+				return nil, nil, err
+			}
+			return named(name, sys), closeSys, nil
+		}
+	}
+	etcd := func(name string, secure bool) bench.Starter {
+		return func(ctx context.Context, dir string, _ int) (bench.System, func() error, error) {
+			sys, closeSys, err := startEtcd(ctx, dir, o.Replicas, secure)
+			if err != nil {
+				return nil, nil, err
+			}
+			return named(name, sys), closeSys, nil
+		}
+	}
+	return map[string]bench.Starter{
+		sysTroupe:         troupe(sysTroupe, bench.Secure),
+		sysTroupeNoAuthz:  troupe(sysTroupeNoAuthz, bench.Unauthorized),
+		sysTroupeInsecure: troupe(sysTroupeInsecure, bench.Insecure),
+		sysEtcd:           etcd(sysEtcd, true),
+		sysEtcdInsecure:   etcd(sysEtcdInsecure, false),
+	}
 }
 
 func run(ctx context.Context, o options) error {
@@ -63,44 +130,35 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	order, err := parseSystems(o.systems)
+	if err != nil {
+		return err
+	}
 	logger := zap.New(zapcore.NewCore(
 		zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig()),
 		zapcore.Lock(os.Stderr), zapcore.ErrorLevel))
-	starters := map[string]bench.Starter{
-		"troupe": func(ctx context.Context, dir string, shards int) (bench.System, func() error, error) {
-			return bench.StartLocalTroupe(ctx, dir, o.Replicas, shards, logger)
-		},
-		"etcd": func(ctx context.Context, dir string, _ int) (bench.System, func() error, error) {
-			return startEtcd(ctx, dir, o.Replicas)
-		},
-	}
-	var order []string
-	for _, name := range strings.Split(o.systems, ",") {
-		name = strings.TrimSpace(name)
-		if _, ok := starters[name]; !ok {
-			return fmt.Errorf("unknown system %q (known: troupe, etcd)", name)
-		}
-		order = append(order, name)
-	}
+	start := starters(o, logger)
 
-	rep := bench.NewReporter(os.Stdout, "troupe", "etcd")
+	// The reporter's ratio line compares the secure pair; the cost lines
+	// (costWriter) the variants.
+	rep := bench.NewReporter(newCostWriter(os.Stdout, costPairs), sysTroupe, sysEtcd)
 	cfg := bench.Config{Duration: o.Duration, Log: os.Stderr}
 	for _, name := range order {
-		if err := bench.RunSystem(ctx, name, starters[name], o.Dir, workloads, o.Shards, cfg, rep); err != nil {
+		if err := bench.RunSystem(ctx, name, start[name], o.Dir, workloads, o.Shards, cfg, rep); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// startEtcd starts an embedded etcd cluster of n members under dir and
-// connects to it.
-func startEtcd(ctx context.Context, dir string, n int) (bench.System, func() error, error) {
-	cluster, err := startEtcdCluster(ctx, dir, n)
+// startEtcd starts an embedded etcd cluster of n members under dir,
+// secure (TLS with client certificates) or plaintext, and connects to it.
+func startEtcd(ctx context.Context, dir string, n int, secure bool) (bench.System, func() error, error) {
+	cluster, err := startEtcdCluster(ctx, dir, n, secure)
 	if err != nil {
 		return nil, nil, err
 	}
-	sys, err := dialEtcd(cluster.endpoints)
+	sys, err := dialEtcd(cluster.endpoints, cluster.clientTLS)
 	if err != nil {
 		cluster.Close()
 		return nil, nil, err
@@ -111,3 +169,31 @@ func startEtcd(ctx context.Context, dir string, n int) (bench.System, func() err
 		return err
 	}, nil
 }
+
+// named is sys reported under name: bench.Run labels results with
+// System.Name, which is the same for every variant of a system.
+func named(name string, sys bench.System) bench.System {
+	n := namedSystem{System: sys, name: name}
+	if r, ok := sys.(retrier); ok {
+		return namedRetrier{namedSystem: n, r: r}
+	}
+	return n
+}
+
+// retrier is a system that counts its retried commits (bench.Troupe),
+// which bench.RunSystem reports.
+type retrier interface{ Retries() uint64 }
+
+type namedSystem struct {
+	bench.System
+	name string
+}
+
+func (s namedSystem) Name() string { return s.name }
+
+type namedRetrier struct {
+	namedSystem
+	r retrier
+}
+
+func (s namedRetrier) Retries() uint64 { return s.r.Retries() }

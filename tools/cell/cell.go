@@ -8,7 +8,11 @@ package cell
 import (
 	"context"
 	"fmt"
+	"net"
+	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,6 +22,7 @@ import (
 	"github.com/troupe-cluster/troupe/agents/runtime"
 	"github.com/troupe-cluster/troupe/cellstore/localcell"
 	"github.com/troupe-cluster/troupe/cellstore/node"
+	"github.com/troupe-cluster/troupe/cellstore/pki"
 	"github.com/troupe-cluster/troupe/clientlib"
 	"github.com/troupe-cluster/troupe/schedulers/profiles"
 )
@@ -32,6 +37,11 @@ type Config struct {
 	// ExecCapacity.
 	ExecMachine  string
 	ExecCapacity map[string]int64
+	// TaskUser is the host user the agents' tasks run as when their
+	// template names none (empty: runtime.DefaultTaskUser()). The exec
+	// agent keeps its tasks in DataDir/tasks, so that user must be able
+	// to pass through DataDir.
+	TaskUser string
 	// Hollow simulated machines with HollowCapacity, labelled zone=z0..z3.
 	Hollow         int
 	HollowCapacity map[string]int64
@@ -39,14 +49,21 @@ type Config struct {
 	LeaseDuration time.Duration
 	// SchedulerBackoff is how long unschedulable tasks wait.
 	SchedulerBackoff time.Duration
-	Logger           *zap.Logger
+	// Insecure runs the cell without TLS or authorization. By default it
+	// keeps a CA and a certificate per role in DataDir/pki (made on
+	// first start, renewed when near expiry) and each role presents its
+	// own: the store, the schedulers, the controllers, each agent.
+	Insecure bool
+	Logger   *zap.Logger
 }
 
 // Cell is a running cell.
 type Cell struct {
 	Node *node.Node
-	// Roles are the schedulers and controllers (and their Client).
+	// Roles are the schedulers and controllers.
 	*Roles
+	// Client is the cell's administrator's client (tests, tools).
+	Client *clientlib.Client
 	// Exec is the exec agent's runtime (nil without one).
 	Exec *runtime.Exec
 
@@ -54,6 +71,12 @@ type Cell struct {
 	agents map[string]context.CancelFunc
 	ctx    context.Context
 	cfg    Config
+	// pkiDir holds the cell's certificates ("" when Insecure); clients
+	// are the agents' clients by certificate name.
+	pkiDir  string
+	clients map[string]*clientlib.Client
+	// events are the agents' event recorders, by their client.
+	events map[*clientlib.Client]*clientlib.EventRecorder
 }
 
 // Start starts the cell; everything stops when ctx ends (then Close the
@@ -76,22 +99,103 @@ func Start(ctx context.Context, cfg Config) (*Cell, error) {
 		return nil, err
 	}
 	ncfg.RaftAddr = fmt.Sprintf("127.0.0.1:%d", ports[0])
-	n, err := node.Start(ncfg)
-	if err != nil {
+	// The store's files hold the whole cell: private to this user, though
+	// task users may pass through DataDir to their directories.
+	if err := os.MkdirAll(ncfg.DataDir, 0o700); err != nil {
 		return nil, err
 	}
-	c := &Cell{Node: n, agents: map[string]context.CancelFunc{}, ctx: ctx, cfg: cfg}
+	if err := os.Chmod(ncfg.DataDir, 0o700); err != nil {
+		return nil, err
+	}
+	c := &Cell{agents: map[string]context.CancelFunc{}, ctx: ctx, cfg: cfg, clients: map[string]*clientlib.Client{}}
+	if !cfg.Insecure {
+		if err := c.ensurePKI(ncfg.GRPCAddr); err != nil {
+			return nil, err
+		}
+		if ncfg.TLS, err = c.credentials(pki.LocalStore); err != nil {
+			return nil, err
+		}
+	}
+	if c.Node, err = node.Start(ncfg); err != nil {
+		return nil, err
+	}
 	if err := c.start(); err != nil {
-		n.Close()
+		c.Stop()
 		return nil, err
 	}
 	return c, nil
 }
 
-func (c *Cell) newClient() (*clientlib.Client, error) {
+// ensurePKI makes or renews the cell's certificates: the store's for the
+// host of grpcAddr and loopback, and one per role and agent.
+func (c *Cell) ensurePKI(grpcAddr string) error {
+	c.pkiDir = filepath.Join(c.cfg.DataDir, "pki")
+	hosts := []string{"127.0.0.1", "localhost"}
+	if h, _, err := net.SplitHostPort(grpcAddr); err == nil && h != "" && !slices.Contains(hosts, h) {
+		hosts = append(hosts, h)
+	}
+	lc := pki.LocalCell{Hosts: hosts, HollowPrefix: hollowPrefix}
+	if c.cfg.ExecMachine != "" {
+		lc.Machines = []string{c.cfg.ExecMachine}
+	}
+	_, err := pki.EnsureLocal(c.pkiDir, lc, time.Now())
+	return err
+}
+
+// PKIDir is the directory of the cell's CA and certificates ("" for an
+// Insecure cell).
+func (c *Cell) PKIDir() string { return c.pkiDir }
+
+// credentials loads certificate name of the cell's directory (nil for an
+// Insecure cell).
+func (c *Cell) credentials(name string) (*pki.Source, error) {
+	if c.pkiDir == "" {
+		return nil, nil
+	}
+	return pki.NewSource(pki.DirFiles(c.pkiDir, name), nil)
+}
+
+// newClient returns a client presenting certificate name.
+func (c *Cell) newClient(name string) (*clientlib.Client, error) {
 	cc := clientlib.DefaultConfig(c.Node.GRPCAddr())
 	cc.Logger = c.cfg.Logger
+	var err error
+	if cc.TLS, err = c.credentials(name); err != nil {
+		return nil, err
+	}
 	return clientlib.New(cc)
+}
+
+// roleClient returns a client with the identity of a scheduler or
+// controller role.
+func (c *Cell) roleClient(role string) (*clientlib.Client, error) {
+	names := map[string]string{pki.RoleScheduler: pki.LocalScheduler, pki.RoleController: pki.LocalController}
+	name, ok := names[role]
+	if !ok {
+		return nil, fmt.Errorf("cell: no certificate for role %q", role)
+	}
+	return c.newClient(name)
+}
+
+// agentClient returns the shared client of machine's agent: every hollow
+// machine's agent presents one certificate (agent/hollow-*), any other
+// its own.
+func (c *Cell) agentClient(machine string) (*clientlib.Client, error) {
+	name := pki.LocalAgent(machine)
+	if strings.HasPrefix(machine, hollowPrefix) {
+		name = pki.LocalHollow
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cl, ok := c.clients[name]; ok {
+		return cl, nil
+	}
+	cl, err := c.newClient(name)
+	if err != nil {
+		return nil, fmt.Errorf("agent %s: %w", machine, err)
+	}
+	c.clients[name] = cl
+	return cl, nil
 }
 
 func (c *Cell) start() error {
@@ -99,7 +203,10 @@ func (c *Cell) start() error {
 		return err
 	}
 	var err error
-	if c.Roles, err = NewRoles(c.ctx, c.newClient, c.Node.Registry(), c.cfg.Logger); err != nil {
+	if c.Client, err = c.newClient(pki.LocalAdmin); err != nil {
+		return err
+	}
+	if c.Roles, err = NewRoles(c.ctx, c.roleClient, c.Node.Registry(), c.cfg.Logger); err != nil {
 		return err
 	}
 	var specs []SchedulerSpec
@@ -127,15 +234,32 @@ func (c *Cell) start() error {
 	return nil
 }
 
+// hollowPrefix starts every hollow machine's name.
+const hollowPrefix = "hollow-"
+
 // HollowName is the machine name of hollow machine i.
-func HollowName(i int) string { return fmt.Sprintf("hollow-%04d", i) }
+func HollowName(i int) string { return fmt.Sprintf("%s%04d", hollowPrefix, i) }
 
 // StartAgent starts an agent for machine, serving its tasks' logs on
 // logAddr when set.
 func (c *Cell) StartAgent(machine string, capacity map[string]int64, labels map[string]string, rt runtime.Runtime, logAddr string) error {
-	a, err := agent.New(c.Client, agent.Config{Machine: machine, Capacity: capacity, Labels: labels, Runtime: rt, LogAddr: logAddr,
-		LeaseDuration: c.cfg.LeaseDuration, RenewInterval: c.cfg.LeaseDuration / 5, StopGrace: 10 * time.Second,
-		Now: time.Now, Logger: c.cfg.Logger})
+	cl, err := c.agentClient(machine)
+	if err != nil {
+		return err
+	}
+	var creds *pki.Source
+	if logAddr != "" && !strings.HasPrefix(machine, hollowPrefix) {
+		if creds, err = c.credentials(pki.LocalAgent(machine)); err != nil {
+			return err
+		}
+	}
+	events, err := c.agentEvents(cl, machine)
+	if err != nil {
+		return err
+	}
+	a, err := agent.New(cl, agent.Config{Machine: machine, Capacity: capacity, Labels: labels, Runtime: rt, LogAddr: logAddr, TLS: creds,
+		TaskUser: c.cfg.TaskUser, Events: events, LeaseDuration: c.cfg.LeaseDuration, RenewInterval: c.cfg.LeaseDuration / 5,
+		StopGrace: 10 * time.Second, Now: time.Now, Logger: c.cfg.Logger})
 	if err != nil {
 		return err
 	}
@@ -151,6 +275,30 @@ func (c *Cell) StartAgent(machine string, capacity map[string]int64, labels map[
 	return nil
 }
 
+// agentEvents returns the event recorder of the agents sharing client cl
+// (every hollow machine's agent shares one), made for the first of them,
+// machine.
+func (c *Cell) agentEvents(cl *clientlib.Client, machine string) (*clientlib.EventRecorder, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if rec, ok := c.events[cl]; ok {
+		return rec, nil
+	}
+	source := "agent/" + machine
+	if strings.HasPrefix(machine, hollowPrefix) {
+		source = "agent/" + hollowPrefix + "*"
+	}
+	rec, err := c.recorder(cl, source)
+	if err != nil {
+		return nil, err
+	}
+	if c.events == nil {
+		c.events = map[*clientlib.Client]*clientlib.EventRecorder{}
+	}
+	c.events[cl] = rec
+	return rec, nil
+}
+
 // StopAgent stops machine's agent, as if the machine died: its lease is no
 // longer renewed.
 func (c *Cell) StopAgent(machine string) {
@@ -162,8 +310,19 @@ func (c *Cell) StopAgent(machine string) {
 	}
 }
 
-// Stop stops the store node (cancel Start's context first).
+// Stop closes the clients and stops the store node (cancel Start's
+// context first).
 func (c *Cell) Stop() {
-	c.Client.Close()
+	if c.Roles != nil {
+		c.Roles.Close()
+	}
+	if c.Client != nil {
+		c.Client.Close()
+	}
+	c.mu.Lock()
+	for _, cl := range c.clients {
+		cl.Close()
+	}
+	c.mu.Unlock()
 	c.Node.Close()
 }

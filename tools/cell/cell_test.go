@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/troupe-cluster/troupe/agents/runtime/runtimetest"
 	"github.com/troupe-cluster/troupe/clientlib"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 	"github.com/troupe-cluster/troupe/tools/cell"
@@ -25,7 +26,7 @@ type env struct {
 func start(t *testing.T, cfg cell.Config) *env {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
-	cfg.DataDir, cfg.GRPCAddr = t.TempDir(), "127.0.0.1:0"
+	cfg.DataDir, cfg.GRPCAddr = runtimetest.Dir(t), "127.0.0.1:0"
 	cfg.LeaseDuration, cfg.SchedulerBackoff = 3*time.Second, 100*time.Millisecond
 	c, err := cell.Start(ctx, cfg)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/troupe-cluster/troupe/cellstore/pki"
 	"github.com/troupe-cluster/troupe/clientlib"
 	"github.com/troupe-cluster/troupe/clientlib/cache"
 	"github.com/troupe-cluster/troupe/controllers/gc"
@@ -25,33 +26,61 @@ import (
 // an embedded store, `troupe scheduler` and `troupe controller` on their
 // own. Their metrics go to the registry given to NewRoles.
 type Roles struct {
-	// Client is shared by the caches, the controllers and the event
-	// recorders; each scheduler instance commits through its own.
-	Client *clientlib.Client
 	// Schedulers by name.
 	Schedulers map[string]*scheduler.Scheduler
 
 	ctx       context.Context
-	newClient func() (*clientlib.Client, error)
+	newClient NewClient
 	log       *zap.Logger
 	errc      chan error
 	metrics   *collectors
+
+	// shared: a client per role, shared by the role's caches,
+	// controllers and event recorders (each scheduler instance commits
+	// through its own); closed by Close.
+	mu     sync.Mutex
+	shared map[string]*clientlib.Client
 }
+
+// NewClient makes a client presenting the identity of role (a pki role:
+// scheduler, controller); a process running one role gives every client
+// its one identity.
+type NewClient func(role string) (*clientlib.Client, error)
 
 // NewRoles returns the roles of a process whose clients newClient makes,
 // registering their metrics with reg.
-func NewRoles(ctx context.Context, newClient func() (*clientlib.Client, error), reg prometheus.Registerer, log *zap.Logger) (*Roles, error) {
-	c, err := newClient()
-	if err != nil {
-		return nil, err
-	}
-	r := &Roles{Client: c, Schedulers: map[string]*scheduler.Scheduler{},
+func NewRoles(ctx context.Context, newClient NewClient, reg prometheus.Registerer, log *zap.Logger) (*Roles, error) {
+	r := &Roles{Schedulers: map[string]*scheduler.Scheduler{}, shared: map[string]*clientlib.Client{},
 		ctx: ctx, newClient: newClient, log: log, errc: make(chan error, 64), metrics: &collectors{}}
 	if err := reg.Register(r.metrics); err != nil {
-		c.Close()
 		return nil, err
 	}
 	return r, nil
+}
+
+// client returns role's shared client.
+func (r *Roles) client(role string) (*clientlib.Client, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c, ok := r.shared[role]; ok {
+		return c, nil
+	}
+	c, err := r.newClient(role)
+	if err != nil {
+		return nil, err
+	}
+	r.shared[role] = c
+	return c, nil
+}
+
+// Close closes the shared clients (stop the roles first, by ending ctx).
+func (r *Roles) Close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.shared {
+		c.Close()
+	}
+	clear(r.shared)
 }
 
 // collectors gathers the collectors of the schedulers and recorders,
@@ -91,7 +120,11 @@ type SchedulerSpec struct {
 // StartSchedulers starts scheduler instances sharing one cell cache;
 // tasks that fit nowhere wait backoff.
 func (r *Roles) StartSchedulers(specs []SchedulerSpec, backoff time.Duration) error {
-	cellCache := scheduler.NewCellCache(r.Client, r.log)
+	shared, err := r.client(pki.RoleScheduler)
+	if err != nil {
+		return err
+	}
+	cellCache := scheduler.NewCellCache(shared, r.log)
 	for _, spec := range specs {
 		if _, dup := r.Schedulers[spec.Name]; dup {
 			return fmt.Errorf("scheduler %q twice", spec.Name)
@@ -100,11 +133,11 @@ func (r *Roles) StartSchedulers(specs []SchedulerSpec, backoff time.Duration) er
 		if err != nil {
 			return err
 		}
-		cl, err := r.newClient()
+		cl, err := r.newClient(pki.RoleScheduler)
 		if err != nil {
 			return err
 		}
-		events, err := r.recorder(spec.Name)
+		events, err := r.recorder(shared, spec.Name)
 		if err != nil {
 			return err
 		}
@@ -129,23 +162,27 @@ const jobWorkers = 4
 // StartControllers starts the job, node-lifecycle and garbage-collection
 // controllers; the node controller checks leases every nodeInterval.
 func (r *Roles) StartControllers(nodeInterval time.Duration) error {
-	jobEvents, err := r.recorder("job-controller")
+	c, err := r.client(pki.RoleController)
 	if err != nil {
 		return err
 	}
-	nodeEvents, err := r.recorder("node-controller")
+	jobEvents, err := r.recorder(c, "job-controller")
 	if err != nil {
 		return err
 	}
-	jc, err := job.New(r.Client, job.Config{Now: time.Now, Logger: r.log, Queue: cache.DefaultQueueConfig(), Events: jobEvents, Workers: jobWorkers})
+	nodeEvents, err := r.recorder(c, "node-controller")
 	if err != nil {
 		return err
 	}
-	nc, err := nodectl.New(r.Client, nodectl.Config{Now: time.Now, Interval: nodeInterval, Logger: r.log, Events: nodeEvents})
+	jc, err := job.New(c, job.Config{Now: time.Now, Logger: r.log, Queue: cache.DefaultQueueConfig(), Events: jobEvents, Workers: jobWorkers})
 	if err != nil {
 		return err
 	}
-	gcol, err := gc.New(r.Client, gc.Config{Now: time.Now, Retention: time.Hour, Interval: time.Minute, Logger: r.log})
+	nc, err := nodectl.New(c, nodectl.Config{Now: time.Now, Interval: nodeInterval, Logger: r.log, Events: nodeEvents})
+	if err != nil {
+		return err
+	}
+	gcol, err := gc.New(c, gc.Config{Now: time.Now, Retention: time.Hour, Interval: time.Minute, Logger: r.log})
 	if err != nil {
 		return err
 	}
@@ -155,11 +192,12 @@ func (r *Roles) StartControllers(nodeInterval time.Duration) error {
 	return nil
 }
 
-// recorder returns an event recorder for source, running until ctx ends.
-func (r *Roles) recorder(source string) (*clientlib.EventRecorder, error) {
+// recorder returns an event recorder for source writing through c,
+// running until ctx ends.
+func (r *Roles) recorder(c *clientlib.Client, source string) (*clientlib.EventRecorder, error) {
 	cfg := clientlib.DefaultEventRecorderConfig(source)
 	cfg.Logger = r.log
-	rec, err := clientlib.NewEventRecorder(r.Client, cfg)
+	rec, err := clientlib.NewEventRecorder(c, cfg)
 	if err != nil {
 		return nil, err
 	}

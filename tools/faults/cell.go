@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/troupe-cluster/troupe/cellstore/pki"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -24,7 +24,8 @@ import (
 type CellConfig struct {
 	// Binary is the troupe binary; each node runs its `store` command.
 	Binary string
-	// Dir holds node i's data in node-<i>/ and its output in node-<i>.log.
+	// Dir holds node i's data in node-<i>/ and its output in node-<i>.log,
+	// and the cell's CA and certificates in pki/ (certs.go).
 	Dir string
 	// Nodes is the number of store nodes (replicas of every shard).
 	Nodes int
@@ -89,12 +90,14 @@ func raftAddr(i int) string { return fmt.Sprintf("127.0.0.1:%d", 7101+i) }
 // its own, joined by Links: raft[i][j] carries node i's connections to
 // node j, front[i] the harness's clients' connections to node i. Its
 // methods are safe for concurrent use. Nodes are numbered from 0 here;
-// node i has Raft replica ID i+1.
+// node i has Raft replica ID i+1. Every node serves TLS only, with a
+// certificate of the cell's own CA (certs.go).
 type Cell struct {
 	cfg    CellConfig
 	nodes  []*process
 	raft   [][]*Link
 	front  []*Link
+	admin  *pki.Source // the harness's clients' credentials
 	conns  []*grpc.ClientConn
 	direct []storev1.StoreClient // node i's own answers, through front[i]
 
@@ -142,11 +145,13 @@ func StartCell(cfg CellConfig) (c *Cell, err error) {
 			return c, err
 		}
 		dir := filepath.Join(cfg.Dir, fmt.Sprintf("node-%d", i+1))
+		creds := pki.DirFiles(pkiDir(cfg.Dir), certName(storeIdentity(i)))
 		args := []string{
 			"store", "--node-id", fmt.Sprint(i + 1), "--data-dir", dir, "--shards", fmt.Sprint(cfg.Shards),
 			"--raft-addr", raftAddr(i), "--grpc-addr", grpcAddr, "--http-addr", "",
 			"--initial-members", strings.Join(members, ","), "--rtt", cfg.RTT.String(),
 			"--snapshot-entries", fmt.Sprint(cfg.SnapshotEntries), "--logdb-memory", "tiny",
+			"--ca", creds.CA, "--cert", creds.Cert, "--key", creds.Key,
 		}
 		if cfg.TxnTimeout > 0 {
 			args = append(args, "--txn-timeout", cfg.TxnTimeout.String())
@@ -176,7 +181,22 @@ func StartCell(cfg CellConfig) (c *Cell, err error) {
 		c.front = append(c.front, newLink(fmt.Sprintf("client->%d", i+1), ln, func(ctx context.Context) (net.Conn, error) {
 			return to.ns.dial(ctx, grpcAddr)
 		}))
-		conn, err := grpc.NewClient(c.front[i].Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	}
+	// Node i is dialled at its Raft and gRPC addresses in the namespaces
+	// and at its front Link's in the harness's.
+	var nodeHosts [][]string
+	for i := range c.nodes {
+		hosts, err := hostsOf(raftAddr(i), grpcAddr, c.front[i].Addr())
+		if err != nil {
+			return c, err
+		}
+		nodeHosts = append(nodeHosts, hosts)
+	}
+	if c.admin, err = issueCerts(pkiDir(cfg.Dir), nodeHosts); err != nil {
+		return c, err
+	}
+	for i := range c.nodes {
+		conn, err := grpc.NewClient(c.front[i].Addr(), grpc.WithTransportCredentials(pki.StoreCredentials(c.admin)))
 		if err != nil {
 			return c, fmt.Errorf("faults: gRPC client of node %d: %w", i+1, err)
 		}
@@ -206,6 +226,10 @@ func (c *Cell) Endpoints() []string {
 	}
 	return out
 }
+
+// ClientTLS is the credentials of the harness's clients: an admin
+// certificate of the cell's CA.
+func (c *Cell) ClientTLS() *pki.Source { return c.admin }
 
 // RaftLink is the link carrying node from's connections to node to.
 func (c *Cell) RaftLink(from, to int) *Link { return c.raft[from][to] }

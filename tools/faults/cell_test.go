@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -13,6 +16,7 @@ import (
 // real: a node whose Raft links are blocked misses the commits made
 // meanwhile (its stale reads do not see them) and catches up once they
 // are unblocked; a node killed and restarted comes back with its data.
+// And that the cell serves TLS only: a plaintext client gets nothing.
 func TestPartitionIsolatesNode(t *testing.T) {
 	requireProcesses(t)
 	cfg := DefaultCellConfig(buildTroupe(t), t.TempDir())
@@ -30,6 +34,17 @@ func TestPartitionIsolatesNode(t *testing.T) {
 	leader, err := c.Leader(ctx, 0)
 	if err != nil {
 		t.Fatal(err)
+	}
+	plain, err := grpc.NewClient(c.Endpoints()[leader], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pctx, pcancel := context.WithTimeout(ctx, time.Second)
+	_, err = storev1.NewStoreClient(plain).Status(pctx, &storev1.StatusRequest{})
+	pcancel()
+	plain.Close()
+	if err == nil {
+		t.Fatal("a plaintext client got the leader's status: the cell does not run with TLS")
 	}
 	follower := (leader + 1) % c.Size()
 	commit := func(key string) {

@@ -25,6 +25,14 @@
 //	          └──── Link client->1        └──── Link client->2
 //	                 (harness namespace: clients, nemesis, checker)
 //
+// The cell runs with TLS on, as a production cell does: StartCell makes
+// a CA of the cell's own in its directory, issues each node a store
+// certificate naming every host it is dialled at and the harness an
+// admin certificate, and starts every node with --ca, --cert and --key
+// (certs.go). The Links forward TCP, so TLS runs end to end through
+// them (Raft's too, where the nodes secure it) and faults cut or stall
+// it as they would plaintext. There is no plaintext mode.
+//
 // Why namespaces rather than proxies on one loopback: Dragonboat records
 // the address a message comes from (its sender's RaftAddress) for the
 // sender's replica and panics if that differs from the address it was

@@ -156,7 +156,7 @@ func RunRound(ctx context.Context, cfg RoundConfig) (rep Report, err error) {
 		}
 	}()
 	for range cfg.Clients + 1 { // the last one sets up and does the final reads
-		s, err := clientlib.New(clientConfig(cfg, cell.Endpoints()))
+		s, err := clientlib.New(clientConfig(cfg, cell, cell.Endpoints()))
 		if err != nil {
 			return rep, err
 		}
@@ -176,10 +176,12 @@ func RunRound(ctx context.Context, cfg RoundConfig) (rep Report, err error) {
 	return rep, rep.judge(cfg, cell, h)
 }
 
-// clientConfig configures a client of the round reaching endpoints.
-func clientConfig(cfg RoundConfig, endpoints []string) clientlib.Config {
+// clientConfig configures a client of the round reaching endpoints of
+// cell, as the cell's admin.
+func clientConfig(cfg RoundConfig, cell *Cell, endpoints []string) clientlib.Config {
 	return clientlib.Config{
 		Endpoints:      endpoints,
+		TLS:            cell.ClientTLS(),
 		AttemptTimeout: cfg.AttemptTimeout,
 		// Quick retries: OpTimeout bounds them all anyway.
 		Retry: clientlib.RetryPolicy{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond, Multiplier: 2, Jitter: 0.2, MaxAttempts: 5},
@@ -309,7 +311,7 @@ func throughNode(cfg RoundConfig, cell *Cell, h *History) func(ctx context.Conte
 	}
 	stream := initStream(cfg)
 	return func(ctx context.Context, node, n int) {
-		s, err := clientlib.New(clientConfig(cfg, cell.Endpoints()[node:node+1]))
+		s, err := clientlib.New(clientConfig(cfg, cell, cell.Endpoints()[node:node+1]))
 		if err != nil { // the round's other clients were configured alike
 			cfg.logf("seed %d: a client of node %d: %v", cfg.Seed, node+1, err)
 			return

@@ -16,6 +16,7 @@ import (
 
 	"github.com/troupe-cluster/troupe/agents/agent"
 	"github.com/troupe-cluster/troupe/agents/runtime"
+	"github.com/troupe-cluster/troupe/cellstore/pki"
 	"github.com/troupe-cluster/troupe/clientlib"
 )
 
@@ -34,8 +35,10 @@ func runAgent(args []string) error {
 	logAddr := fs.String("log-addr", "127.0.0.1:0", "where the exec runtime's task logs are served (empty: not served)")
 	lease := fs.Duration("lease", 10*time.Second, "lease duration; renewed five times per lease")
 	grace := fs.Duration("stop-grace", 10*time.Second, "time between SIGTERM and SIGKILL of a stopped task")
-	hollow := fs.Int("hollow", 0, "host this many simulated machines instead of this one (sim runtime)")
+	taskUser := fs.String("task-user", runtime.DefaultTaskUser(), taskUserUsage)
+	hollow := fs.Int("hollow", 0, "host this many simulated machines instead of this one (sim runtime); the certificate must name agent <machine>-hollow-*")
 	level := fs.String("log-level", "warn", "log level: debug, info, warn, error")
+	tf := registerTLSFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -57,15 +60,28 @@ func runAgent(args []string) error {
 		return err
 	}
 	defer log.Sync()
+	creds, err := tf.source("agent")
+	if err != nil {
+		return err
+	}
+	if err := agentIdentityCovers(creds, *machine, *hollow > 0); err != nil {
+		return err
+	}
 	cc := clientlib.DefaultConfig(strings.Split(*store, ",")...)
-	cc.Logger = log
+	cc.Logger, cc.TLS = log, creds
 	c, err := clientlib.New(cc)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	base := agent.Config{Machine: *machine, Capacity: cpcty, Labels: lbls, LeaseDuration: *lease, RenewInterval: *lease / 5,
-		StopGrace: *grace, Now: time.Now, Logger: log}
+	ecfg := clientlib.DefaultEventRecorderConfig("agent/" + *machine)
+	ecfg.Logger = log
+	events, err := clientlib.NewEventRecorder(c, ecfg)
+	if err != nil {
+		return err
+	}
+	base := agent.Config{Machine: *machine, Capacity: cpcty, Labels: lbls, TaskUser: *taskUser, Events: events,
+		LeaseDuration: *lease, RenewInterval: *lease / 5, StopGrace: *grace, Now: time.Now, Logger: log}
 	var cfgs []agent.Config
 	switch {
 	case *hollow > 0:
@@ -85,17 +101,44 @@ func runAgent(args []string) error {
 			if *dir, err = os.MkdirTemp("", "troupe-agent-"); err != nil {
 				return err
 			}
+			// Task users pass through it to their working directories.
+			if err := os.Chmod(*dir, 0o711); err != nil {
+				return err
+			}
 		}
-		base.Runtime, base.LogAddr = runtime.NewExec(*dir, log), *logAddr
+		base.Runtime, base.LogAddr, base.TLS = runtime.NewExec(*dir, log), *logAddr, creds
 		cfgs = append(cfgs, base)
 	default:
 		return fmt.Errorf("--runtime is exec or sim, not %q", *rtName)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go events.Run(ctx)
 	fmt.Printf("troupe agent: %d machine(s) from %s, store at %s; stop with Ctrl-C\n", len(cfgs), cfgs[0].Machine, *store)
 	return runAgents(ctx, c, cfgs)
 }
+
+// agentIdentityCovers checks, before anything starts, that the
+// certificate speaks for the machines the agent will run (the store
+// would refuse their writes one by one otherwise).
+func agentIdentityCovers(creds *pki.Source, machine string, hollow bool) error {
+	if creds == nil {
+		return nil
+	}
+	id := creds.Identity()
+	want := pki.Identity{Role: pki.RoleAgent, Name: machine}
+	if hollow {
+		want.Name = machine + "-hollow-*"
+	}
+	if id.Role != pki.RoleAgent || (id.Name != want.Name && !id.Covers(want.Name)) {
+		return fmt.Errorf("agent: the certificate names %s; this agent needs %s (troupe certs issue --role agent --name %s)", id, want, want.Name)
+	}
+	return nil
+}
+
+// taskUserUsage describes --task-user of `troupe agent` and `troupe up`.
+const taskUserUsage = "host user tasks run as when their template names none, which every namespace may run as; " +
+	"never root (the default is nobody for an agent running as root, else the agent's own user, the only one it can run tasks as)"
 
 // runAgents runs an agent per configuration until ctx ends (nil then) or
 // one of them fails (the others are stopped).

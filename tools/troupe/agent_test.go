@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/troupe-cluster/troupe/cellstore/pki"
 	"github.com/troupe-cluster/troupe/clientlib"
 	"github.com/troupe-cluster/troupe/clientlib/clienttest"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
@@ -28,8 +29,9 @@ func TestAgentHollow(t *testing.T) {
 	defer cancel()
 	lc := clienttest.Start(ctx, t)
 	c := lc.Client()
-	agent := exec.Command(bin, "agent", "--store", lc.Store(), "--machine", "rack1",
-		"--hollow", "3", "--capacity", "cpu=8000,memory=16Gi", "--labels", "zone=z1")
+	agent := exec.Command(bin, append([]string{"agent", "--store", lc.Store(), "--machine", "rack1",
+		"--hollow", "3", "--capacity", "cpu=8000,memory=16Gi", "--labels", "zone=z1"},
+		lc.Flags(pki.Identity{Role: pki.RoleAgent, Name: "rack1-hollow-*"})...)...)
 	agent.Stdout, agent.Stderr = os.Stderr, os.Stderr
 	if err := agent.Start(); err != nil {
 		t.Fatal(err)

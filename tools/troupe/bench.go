@@ -34,6 +34,8 @@ func runBench(args []string) error {
 		return err
 	}
 	endpoints := fs.String("endpoints", "", "comma-separated gRPC addresses of an existing cell (default: start one in this process)")
+	security := fs.String("security", string(bench.Secure), fmt.Sprintf("the started cell's security, one of %v: TLS and authorization, TLS alone, neither", bench.Securities))
+	tf := registerTLSFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -54,14 +56,18 @@ func runBench(args []string) error {
 		return err
 	}
 	start := func(ctx context.Context, dir string, shards int) (bench.System, func() error, error) {
-		return bench.StartLocalTroupe(ctx, dir, o.Replicas, shards, logger)
+		return bench.StartLocalTroupe(ctx, dir, o.Replicas, shards, bench.Security(*security), logger)
 	}
 	if *endpoints == "" {
 		node.RaiseGOMAXPROCS() // the cell runs in this process
 	} else {
 		// An existing cell serves the workloads of its own shard count.
 		start = func(ctx context.Context, _ string, shards int) (bench.System, func() error, error) {
-			t, err := bench.ConnectTroupe(ctx, strings.Split(*endpoints, ","))
+			creds, err := tf.source("bench")
+			if err != nil {
+				return nil, nil, err
+			}
+			t, err := bench.ConnectTroupe(ctx, strings.Split(*endpoints, ","), creds)
 			if err != nil {
 				return nil, nil, err
 			}

@@ -13,23 +13,37 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/troupe-cluster/troupe/cellstore/pki"
 	"github.com/troupe-cluster/troupe/clientlib"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 )
 
 // cliClient connects the CLI to a cell.
 func cliClient(fs *flag.FlagSet, args []string) (*clientlib.Client, context.Context, context.CancelFunc, error) {
-	endpoint := fs.String("endpoint", "127.0.0.1:7000", "store gRPC address(es), comma-separated")
+	c, _, ctx, cancel, err := cliClientCreds(fs, args)
+	return c, ctx, cancel, err
+}
+
+// cliClientCreds connects the CLI to a cell, and returns its credentials
+// too (nil with --insecure).
+func cliClientCreds(fs *flag.FlagSet, args []string) (*clientlib.Client, *pki.Source, context.Context, context.CancelFunc, error) {
+	cf := registerCLIFlags(fs)
 	timeout := fs.Duration("timeout", 10*time.Second, "request timeout")
 	if err := fs.Parse(args); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
-	c, err := clientlib.New(clientlib.DefaultConfig(strings.Split(*endpoint, ",")...))
+	creds, err := cf.source()
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
+	}
+	cc := clientlib.DefaultConfig(cf.endpoints()...)
+	cc.TLS = creds
+	c, err := clientlib.New(cc)
+	if err != nil {
+		return nil, nil, nil, nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
-	return c, ctx, cancel, nil
+	return c, creds, ctx, cancel, nil
 }
 
 // runApply creates or updates the objects of manifest files so that the
@@ -113,6 +127,8 @@ func applyObject(ctx context.Context, c *clientlib.Client, m clientlib.Manifest)
 		return apply(ctx, c, clientlib.Machines, o, func(cur, want *troupev1.Machine) { want.Status = cur.GetStatus() })
 	case *troupev1.ValidationPolicy:
 		return apply(ctx, c, clientlib.ValidationPolicies, o, nil)
+	case *troupev1.RunAsPolicy:
+		return apply(ctx, c, clientlib.RunAsPolicies, o, nil)
 	default:
 		return "", fmt.Errorf("apply: kind %s is written by Troupe itself, not applied", m.Kind)
 	}

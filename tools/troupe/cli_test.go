@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/troupe-cluster/troupe/cellstore/pki"
 	"github.com/troupe-cluster/troupe/clientlib"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 	"github.com/troupe-cluster/troupe/tools/cell"
@@ -73,11 +74,12 @@ func TestGetDescribeWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cancel(); c.Stop() })
-	endpoint := []string{"-endpoint", c.Node.GRPCAddr()}
-	cli := func(cmd func([]string, io.Writer) error, args ...string) func() (string, error) {
+	admin := pki.DirFiles(c.PKIDir(), pki.LocalAdmin)
+	endpoint := []string{"-endpoint", c.Node.GRPCAddr(), "--ca", admin.CA, "--cert", admin.Cert, "--key", admin.Key}
+	cli := func(cmd func([]string, io.Writer, io.Writer) error, args ...string) func() (string, error) {
 		return func() (string, error) {
 			var out bytes.Buffer
-			err := cmd(append(args, endpoint...), &out)
+			err := cmd(append(args, endpoint...), &out, io.Discard)
 			return out.String(), err
 		}
 	}

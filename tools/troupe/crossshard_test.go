@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/troupe-cluster/troupe/cellstore/keyspace"
 	"github.com/troupe-cluster/troupe/cellstore/localcell"
+	"github.com/troupe-cluster/troupe/cellstore/pki"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -23,6 +23,8 @@ import (
 type storeProcs struct {
 	procs   []*exec.Cmd
 	clients []storev1.StoreClient
+	// admin are the credential flags of the cell's admin.
+	admin []string
 }
 
 // startStores starts n store processes of a cell of shards shards under
@@ -38,13 +40,25 @@ func startStores(t *testing.T, bin, dir string, n, shards int, extra func(i int)
 	for i := range n {
 		members = append(members, fmt.Sprintf("%d=127.0.0.1:%d", i+1, ports[i]))
 	}
-	c := &storeProcs{}
+	pkiDir := filepath.Join(dir, "pki")
+	if _, err := pki.EnsureLocal(pkiDir, pki.LocalCell{Hosts: []string{"127.0.0.1"}}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	flags := func(name string) []string {
+		f := pki.DirFiles(pkiDir, name)
+		return []string{"--ca", f.CA, "--cert", f.Cert, "--key", f.Key}
+	}
+	admin, err := pki.NewSource(pki.DirFiles(pkiDir, pki.LocalAdmin), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &storeProcs{admin: flags(pki.LocalAdmin)}
 	for i := range n {
 		grpcAddr := fmt.Sprintf("127.0.0.1:%d", ports[n+i])
 		args := append([]string{"store", "--node-id", fmt.Sprint(i + 1), "--shards", fmt.Sprint(shards),
 			"--data-dir", filepath.Join(dir, fmt.Sprintf("d%d", i+1)),
 			"--raft-addr", fmt.Sprintf("127.0.0.1:%d", ports[i]), "--grpc-addr", grpcAddr, "--http-addr", "",
-			"--rtt", "5ms", "--logdb-memory", "tiny", "--initial-members", strings.Join(members, ",")}, extra(i)...)
+			"--rtt", "5ms", "--logdb-memory", "tiny", "--initial-members", strings.Join(members, ",")}, append(flags(pki.LocalStore), extra(i)...)...)
 		cmd := exec.Command(bin, args...)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Start(); err != nil {
@@ -52,7 +66,7 @@ func startStores(t *testing.T, bin, dir string, n, shards int, extra func(i int)
 		}
 		c.procs = append(c.procs, cmd)
 		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(pki.StoreCredentials(admin)))
 		if err != nil {
 			t.Fatal(err)
 		}

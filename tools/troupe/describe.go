@@ -27,9 +27,9 @@ const (
 
 // runDescribe prints one job, task or machine in detail, as kubectl
 // describe does: metadata, spec, status, related objects and its Events.
-func runDescribe(args []string) error { return describe(args, os.Stdout) }
+func runDescribe(args []string) error { return describe(args, os.Stdout, os.Stderr) }
 
-func describe(args []string, out io.Writer) error {
+func describe(args []string, out, errOut io.Writer) error {
 	if len(args) < 2 || strings.HasPrefix(args[0], "-") || strings.HasPrefix(args[1], "-") {
 		return errors.New("describe: give job|task|machine NAME (a task is <job>-<index>; NAMESPACE/NAME or -n for jobs and tasks)")
 	}
@@ -45,7 +45,7 @@ func describe(args []string, out io.Writer) error {
 	if n, rest, ok := strings.Cut(name, "/"); ok {
 		*ns, name = n, rest
 	}
-	d := &describer{out: out, w: tabwriter.NewWriter(out, 0, 4, 2, ' ', 0), now: time.Now()}
+	d := &describer{out: out, w: tabwriter.NewWriter(out, 0, 4, 2, ' ', 0), now: time.Now(), errOut: errOut}
 	switch kind {
 	case "job", "jobs":
 		err = describeJob(ctx, c, d, *ns, name)
@@ -65,9 +65,10 @@ func describe(args []string, out io.Writer) error {
 // describer writes "Key:  value" lines aligned like kubectl describe's,
 // nested by indentation, and tables.
 type describer struct {
-	out io.Writer
-	w   *tabwriter.Writer // over out; flushed before each table
-	now time.Time
+	out    io.Writer
+	w      *tabwriter.Writer // over out; flushed before each table
+	now    time.Time
+	errOut io.Writer // where warnings go
 }
 
 func (d *describer) field(indent int, key string, value any) {
@@ -151,15 +152,15 @@ func describeJob(ctx context.Context, c *clientlib.Client, d *describer, ns, nam
 	if err != nil {
 		return err
 	}
-	tasks, _, err := clientlib.List(ctx, c, clientlib.Tasks, ns+"/"+name+"/")
+	tasks, err := list(ctx, c, clientlib.Tasks, ns+"/"+name+"/", d.errOut)
 	if err != nil {
 		return err
 	}
-	scheds, _, err := clientlib.List(ctx, c, clientlib.Schedulers, "")
+	scheds, err := list(ctx, c, clientlib.Schedulers, "", d.errOut)
 	if err != nil {
 		return err
 	}
-	events, _, err := clientlib.List(ctx, c, clientlib.Events, ns+"/"+name+"/")
+	events, err := list(ctx, c, clientlib.Events, ns+"/"+name+"/", d.errOut)
 	if err != nil {
 		return err
 	}
@@ -222,11 +223,11 @@ func describeTask(ctx context.Context, c *clientlib.Client, d *describer, ns, na
 	if err != nil {
 		return err
 	}
-	runs, _, err := clientlib.List(ctx, c, clientlib.Runs, "")
+	runs, err := list(ctx, c, clientlib.Runs, "", d.errOut)
 	if err != nil {
 		return err
 	}
-	events, _, err := clientlib.List(ctx, c, clientlib.Events, ns+"/"+job+"/")
+	events, err := list(ctx, c, clientlib.Events, ns+"/"+job+"/", d.errOut)
 	if err != nil {
 		return err
 	}
@@ -318,18 +319,22 @@ func describeMachine(ctx context.Context, c *clientlib.Client, d *describer, nam
 		return err
 	}
 	lease, err := clientlib.Get(ctx, c, clientlib.Leases, clientlib.Leases.Prefix+name)
-	if err != nil && !errors.Is(err, clientlib.ErrNotFound) {
+	var unreadable *clientlib.UnreadableError
+	switch {
+	case errors.As(err, &unreadable):
+		warnUnreadable(d.errOut, clientlib.Leases.Name, unreadable)
+	case err != nil && !errors.Is(err, clientlib.ErrNotFound):
 		return err
 	}
 	alloc, err := allocations(ctx, c, name)
 	if err != nil {
 		return err
 	}
-	bindings, _, err := clientlib.List(ctx, c, clientlib.Bindings, name+"/")
+	bindings, err := list(ctx, c, clientlib.Bindings, name+"/", d.errOut)
 	if err != nil {
 		return err
 	}
-	events, _, err := clientlib.List(ctx, c, clientlib.MachineEvents, name+"/")
+	events, err := list(ctx, c, clientlib.MachineEvents, name+"/", d.errOut)
 	if err != nil {
 		return err
 	}
@@ -338,9 +343,12 @@ func describeMachine(ctx context.Context, c *clientlib.Client, d *describer, nam
 	d.field(1, "Message", dash(m.GetStatus().GetMessage()))
 	d.field(0, "Agent address", dash(m.GetSpec().GetAgentAddress()))
 	d.field(0, "Taints", taints(m.GetSpec().GetTaints()))
-	if lease == nil {
+	switch {
+	case unreadable != nil:
+		d.field(0, "Lease", "<unreadable>")
+	case lease == nil:
 		d.field(0, "Lease", "<none>")
-	} else {
+	default:
 		expires := lease.GetRenewed().AsTime().Add(lease.GetDuration().AsDuration())
 		d.field(0, "Lease", fmt.Sprintf("held by %s, renewed %s ago for %v (expires in %v)", lease.GetHolder(), age(d.now, lease.GetRenewed()),
 			lease.GetDuration().AsDuration(), expires.Sub(d.now).Round(time.Second)))

@@ -20,13 +20,14 @@ type getOptions struct {
 	selector clientlib.Selector
 	output   string // "" (a table), "wide", "yaml" or "json"
 	now      time.Time
+	errOut   io.Writer // where warnings go
 }
 
 // runGet lists the objects of a kind: a table (more columns with -o
 // wide), or manifests with -o yaml or json; -l selects by label.
-func runGet(args []string) error { return get(args, os.Stdout) }
+func runGet(args []string) error { return get(args, os.Stdout, os.Stderr) }
 
-func get(args []string, out io.Writer) error {
+func get(args []string, out, errOut io.Writer) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		return errors.New("get: give machines, jobs, tasks or schedulers")
 	}
@@ -40,7 +41,7 @@ func get(args []string, out io.Writer) error {
 	}
 	defer cancel()
 	defer c.Close()
-	o := getOptions{output: *output, now: time.Now()}
+	o := getOptions{output: *output, now: time.Now(), errOut: errOut}
 	if o.selector, err = clientlib.ParseSelector(*selector); err != nil {
 		return err
 	}
@@ -70,7 +71,7 @@ func get(args []string, out io.Writer) error {
 // from their job when it creates them.
 func getObjects[T clientlib.Object](ctx context.Context, c *clientlib.Client, out io.Writer, o getOptions, k clientlib.Kind[T],
 	columns func() ([]column[T], error)) error {
-	all, _, err := clientlib.List(ctx, c, k, "")
+	all, err := list(ctx, c, k, "", o.errOut)
 	if err != nil {
 		return err
 	}
@@ -90,6 +91,31 @@ func getObjects[T clientlib.Object](ctx context.Context, c *clientlib.Client, ou
 		return err
 	}
 	return writeTable(out, "", cols, objs, o.output == "wide")
+}
+
+// list lists the objects of kind k within (see clientlib.List), and
+// warns on errOut about the values it left out because they could not be
+// read.
+func list[T clientlib.Object](ctx context.Context, c *clientlib.Client, k clientlib.Kind[T], within string, errOut io.Writer) ([]T, error) {
+	objs, _, err := clientlib.List(ctx, c, k, within)
+	var skipped clientlib.Unreadables
+	if errors.As(err, &skipped) {
+		warnUnreadable(errOut, k.Name, skipped...)
+		return objs, nil
+	}
+	return objs, err
+}
+
+// warnUnreadable says on errOut which values of kind could not be read.
+func warnUnreadable(errOut io.Writer, kind string, errs ...*clientlib.UnreadableError) {
+	noun := strings.ToLower(kind)
+	if len(errs) != 1 {
+		noun += "s"
+	}
+	fmt.Fprintf(errOut, "Warning: %d %s could not be read; left out:\n", len(errs), noun)
+	for _, e := range errs {
+		fmt.Fprintf(errOut, "  %v\n", e)
+	}
 }
 
 func machineColumns(ctx context.Context, c *clientlib.Client, now time.Time, wide bool) ([]column[*troupev1.Machine], error) {

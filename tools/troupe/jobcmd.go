@@ -48,6 +48,8 @@ func runDelete(args []string) error {
 			err = clientlib.Delete(ctx, c, clientlib.Machines, o)
 		case *troupev1.ValidationPolicy:
 			err = clientlib.Delete(ctx, c, clientlib.ValidationPolicies, o)
+		case *troupev1.RunAsPolicy:
+			err = clientlib.Delete(ctx, c, clientlib.RunAsPolicies, o)
 		default:
 			err = fmt.Errorf("kind %s is not deleted from manifests", m.Kind)
 		}

@@ -5,10 +5,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strings"
 
+	"github.com/troupe-cluster/troupe/cellstore/pki"
 	"github.com/troupe-cluster/troupe/clientlib"
 )
 
@@ -22,7 +24,7 @@ func runLogs(args []string) error {
 	fs := flag.NewFlagSet("logs", flag.ContinueOnError)
 	ns := fs.String("n", "default", "namespace")
 	stderr := fs.Bool("stderr", false, "print stderr instead of stdout")
-	c, ctx, cancel, err := cliClient(fs, args[1:])
+	c, creds, ctx, cancel, err := cliClientCreds(fs, args[1:])
 	if err != nil {
 		return err
 	}
@@ -59,11 +61,26 @@ func runLogs(args []string) error {
 	if *stderr {
 		stream = "stderr"
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/logs/"+ref+"?stream="+stream, nil)
+	scheme, client := "http", http.DefaultClient
+	if creds != nil {
+		// The agent of machine, no other, serves its logs.
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			return fmt.Errorf("logs: machine %s's agent address %q: %w", machine, addr, err)
+		}
+		tlsCfg := creds.ClientConfig(host, func(id pki.Identity) error {
+			if id.Role != pki.RoleAgent || !id.Covers(machine) {
+				return fmt.Errorf("%s is not the agent of %s", id, machine)
+			}
+			return nil
+		})
+		scheme, client = "https", &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg}}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+addr+"/logs/"+ref+"?stream="+stream, nil)
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return fmt.Errorf("logs: agent of %s: %w", machine, err)
 	}

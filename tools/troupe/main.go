@@ -2,6 +2,7 @@
 //
 //	troupe up       run a whole cell in one process
 //	troupe store    run one cell store node; store members|backup|restore
+//	troupe certs    make a cell's CA and issue its certificates
 //	troupe agent    run a machine's node agent (or hollow machines)
 //	troupe scheduler  run scheduler instances
 //	troupe controller run the job, node-lifecycle and gc controllers
@@ -31,6 +32,7 @@ func commands() []command {
 	return []command{
 		{"up", "run a whole cell in one process", runUp},
 		{"store", "run one cell store node; store members|backup|restore FLAGS", runStore},
+		{"certs", "make a cell's CA and certificates: certs init|issue|show", runCerts},
 		{"agent", "run a machine's node agent (or --hollow simulated ones)", runAgent},
 		{"scheduler", "run scheduler instances (batch, service, gang)", runScheduler},
 		{"controller", "run the job, node-lifecycle and gc controllers", runController},

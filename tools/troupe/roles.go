@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
+	"github.com/troupe-cluster/troupe/cellstore/pki"
 	"github.com/troupe-cluster/troupe/clientlib"
 	"github.com/troupe-cluster/troupe/tools/cell"
 )
@@ -25,6 +26,7 @@ import (
 // roleFlags are the flags every role process has.
 type roleFlags struct {
 	store, httpAddr, level *string
+	tls                    tlsFlags
 }
 
 func registerRoleFlags(fs *flag.FlagSet) roleFlags {
@@ -32,7 +34,16 @@ func registerRoleFlags(fs *flag.FlagSet) roleFlags {
 		store:    fs.String("store", "127.0.0.1:7000", "store gRPC address(es), comma-separated"),
 		httpAddr: fs.String("http-addr", "127.0.0.1:0", "address of /metrics and /healthz"),
 		level:    fs.String("log-level", "warn", "log level: debug, info, warn, error"),
+		tls:      registerTLSFlags(fs),
 	}
+}
+
+// client returns a new client of the store the flags name, presenting
+// creds.
+func (rf roleFlags) client(creds *pki.Source, log *zap.Logger) (*clientlib.Client, error) {
+	cc := clientlib.DefaultConfig(strings.Split(*rf.store, ",")...)
+	cc.Logger, cc.TLS = log, creds
+	return clientlib.New(cc)
 }
 
 // runScheduler runs scheduler instances of the built-in kinds against a
@@ -84,19 +95,22 @@ func runRoles(rf roleFlags, what string, start func(*cell.Roles) error) error {
 		return err
 	}
 	defer log.Sync()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	newClient := func() (*clientlib.Client, error) {
-		cc := clientlib.DefaultConfig(strings.Split(*rf.store, ",")...)
-		cc.Logger = log
-		return clientlib.New(cc)
-	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	r, err := cell.NewRoles(ctx, newClient, reg, log)
+	creds, err := rf.tls.source(what)
 	if err != nil {
 		return err
 	}
+	if creds != nil && creds.Identity().Role != what {
+		return fmt.Errorf("%s: the certificate names %s, not a %s", what, creds.Identity(), what)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	r, err := cell.NewRoles(ctx, func(string) (*clientlib.Client, error) { return rf.client(creds, log) }, reg, log)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
 	if err := start(r); err != nil {
 		return err
 	}

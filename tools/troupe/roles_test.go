@@ -14,6 +14,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/troupe-cluster/troupe/cellstore/pki"
 	"github.com/troupe-cluster/troupe/clientlib"
 	"github.com/troupe-cluster/troupe/clientlib/clienttest"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
@@ -48,9 +49,10 @@ func TestRoleProcesses(t *testing.T) {
 		})
 		return out
 	}
-	start("controller", "--store", store, "--node-interval", "200ms")
-	sched := start("scheduler", "--store", store, "--kinds", "batch", "--instances", "2", "--partitions", "1", "--backoff", "100ms")
-	start("agent", "--store", store, "--machine", "r1", "--hollow", "4", "--capacity", "cpu=4000,memory=8Gi")
+	as := func(role, name string) []string { return lc.Flags(pki.Identity{Role: role, Name: name}) }
+	start(append([]string{"controller", "--store", store, "--node-interval", "200ms"}, as(pki.RoleController, "c1")...)...)
+	sched := start(append([]string{"scheduler", "--store", store, "--kinds", "batch", "--instances", "2", "--partitions", "1", "--backoff", "100ms"}, as(pki.RoleScheduler, "s1")...)...)
+	start(append([]string{"agent", "--store", store, "--machine", "r1", "--hollow", "4", "--capacity", "cpu=4000,memory=8Gi"}, as(pki.RoleAgent, "r1-hollow-*")...)...)
 	banner, err := bufio.NewReader(sched).ReadString('\n')
 	if err != nil {
 		t.Fatalf("scheduler banner: %v", err)

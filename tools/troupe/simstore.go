@@ -21,10 +21,15 @@ func simStoreRunner(fs *flag.FlagSet) experiment.Runner {
 	store := fs.String("store", "embedded", "the store runner's store: 'embedded' (a one-node store in a temporary directory) "+
 		"or the gRPC address(es), comma-separated, of a store holding no machines or jobs")
 	compress := fs.Float64("store-compress", 10, "the store runner's compression: the seconds of virtual time one second of wall time plays")
+	tf := registerTLSFlags(fs)
 	return func(ctx context.Context, cfg sim.Config, src workload.Source) (*sim.Stats, error) {
 		o := storerun.Options{Compress: *compress}
 		if *store != "embedded" {
 			o.Store = strings.Split(*store, ",")
+			var err error
+			if o.TLS, err = tf.source("sim"); err != nil {
+				return nil, err
+			}
 		} else {
 			node.RaiseGOMAXPROCS()
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -14,11 +15,12 @@ import (
 	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/troupe-cluster/troupe/cellstore/authz"
 	"github.com/troupe-cluster/troupe/cellstore/node"
+	"github.com/troupe-cluster/troupe/cellstore/pki"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -69,15 +71,34 @@ func runStore(args []string) error {
 	fs.DurationVar(&cfg.Server.TxnTimeout, "txn-timeout", cfg.Server.TxnTimeout, "how long a cross-shard transaction may stay prepared before its shards' leaders resolve it")
 	fs.DurationVar(&cfg.Server.FreezeTimeout, "backup-freeze-timeout", cfg.Server.FreezeTimeout, "the longest a backup may keep the cell's writes paused (its freeze lapses by itself then)")
 	fs.DurationVar(&cfg.Server.PrepareDelay, "fault-prepare-delay", 0, "FAULT TESTS ONLY: wait this long after a cross-shard transaction's prepares, before its resolution and reply")
+	fs.IntVar(&cfg.Server.MaxInflightPerIdentity, "max-inflight-per-identity", 0, "one identity's share of --max-inflight (0: a quarter of it)")
+	tf := registerTLSFlags(fs)
+	rules := fs.String("rules", "", "authorization rules file replacing the built-in rules (see --print-default-rules)")
+	printRules := fs.Bool("print-default-rules", false, "print the built-in authorization rules and exit")
 	level := fs.String("log-level", "warn", "log level: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if *printRules {
+		_, err := os.Stdout.Write(authz.DefaultRulesYAML())
+		return err
+	}
 	var err error
+	if cfg.TLS, err = tf.source("store"); err != nil {
+		return err
+	}
+	if *rules != "" {
+		if cfg.TLS == nil {
+			return errors.New("store: --rules needs TLS: an --insecure store authorizes nothing")
+		}
+		if cfg.Rules, err = authz.Load(*rules); err != nil {
+			return err
+		}
+	}
 	if cfg.InitialMembers, err = node.ParseMembers(*members); err != nil {
 		return err
 	}
-	if cfg.Shards, err = storeShards(cfg.DataDir, uint32(*shards), *join); err != nil {
+	if cfg.Shards, err = storeShards(cfg.DataDir, uint32(*shards), *join, cfg.TLS); err != nil {
 		return err
 	}
 	cfg.Join = *join != ""
@@ -107,7 +128,7 @@ func runStore(args []string) error {
 // storeShards picks a node's shard count: the one given, else the one its
 // data directory records, else 1; a new member takes its cell's, and
 // refuses to start with another.
-func storeShards(dataDir string, given uint32, join string) (uint32, error) {
+func storeShards(dataDir string, given uint32, join string, creds *pki.Source) (uint32, error) {
 	recorded, err := node.CellShards(dataDir)
 	if err != nil {
 		return 0, err
@@ -116,7 +137,7 @@ func storeShards(dataDir string, given uint32, join string) (uint32, error) {
 	if join == "" || recorded != 0 {
 		return cmp.Or(want, 1), nil // node.Start refuses a count that changed
 	}
-	conn, err := grpc.NewClient(join, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(join, grpc.WithTransportCredentials(pki.StoreCredentials(creds)))
 	if err != nil {
 		return 0, err
 	}
@@ -139,7 +160,7 @@ func storeShards(dataDir string, given uint32, join string) (uint32, error) {
 // still catching up when the request times out keeps running and catching
 // up. Repeating it (a restart with --join) is harmless.
 func joinCell(endpoint string, cfg node.Config, n *node.Node) error {
-	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(pki.StoreCredentials(cfg.TLS)))
 	if err != nil {
 		return err
 	}

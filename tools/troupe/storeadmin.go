@@ -14,9 +14,9 @@ import (
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/troupe-cluster/troupe/cellstore/node"
+	"github.com/troupe-cluster/troupe/cellstore/pki"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -25,12 +25,16 @@ import (
 // storeConn parses fs's flags, with --endpoint and --timeout, and connects
 // to the store node at the endpoint.
 func storeConn(fs *flag.FlagSet, args []string, timeout time.Duration) (*grpc.ClientConn, context.Context, context.CancelFunc, error) {
-	endpoint := fs.String("endpoint", "127.0.0.1:7000", "store node gRPC address")
+	cf := registerCLIFlags(fs)
 	fs.DurationVar(&timeout, "timeout", timeout, "request timeout")
 	if err := fs.Parse(args); err != nil {
 		return nil, nil, nil, err
 	}
-	conn, err := grpc.NewClient(*endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds, err := cf.source()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	conn, err := grpc.NewClient(cf.endpoints()[0], grpc.WithTransportCredentials(pki.StoreCredentials(creds)))
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/troupe-cluster/troupe/cellstore/localcell"
+	"github.com/troupe-cluster/troupe/cellstore/pki"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -37,9 +37,21 @@ func TestStoreOperations(t *testing.T) {
 	addr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
+	pkiDir := filepath.Join(dir, "pki")
+	if _, err := pki.EnsureLocal(pkiDir, pki.LocalCell{Hosts: []string{"127.0.0.1"}}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	flags := func(name string) []string {
+		f := pki.DirFiles(pkiDir, name)
+		return []string{"--ca", f.CA, "--cert", f.Cert, "--key", f.Key}
+	}
+	admin, err := pki.NewSource(pki.DirFiles(pkiDir, pki.LocalAdmin), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	store := func(id int, raft, grpcAddr, dataDir string, extra ...string) *exec.Cmd {
 		args := append([]string{"store", "--node-id", fmt.Sprint(id), "--data-dir", dataDir, "--raft-addr", raft,
-			"--grpc-addr", grpcAddr, "--http-addr", "", "--rtt", "5ms", "--logdb-memory", "tiny"}, extra...)
+			"--grpc-addr", grpcAddr, "--http-addr", "", "--rtt", "5ms", "--logdb-memory", "tiny"}, append(flags(pki.LocalStore), extra...)...)
 		cmd := exec.Command(bin, args...)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Start(); err != nil {
@@ -48,8 +60,12 @@ func TestStoreOperations(t *testing.T) {
 		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 		return cmd
 	}
+	// The admin's commands, with its credentials (restore works on files).
 	troupe := func(args ...string) string {
 		t.Helper()
+		if args[1] != "restore" {
+			args = append(args, flags(pki.LocalAdmin)...)
+		}
 		out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("troupe %s: %v\n%s", strings.Join(args, " "), err, out)
@@ -57,7 +73,7 @@ func TestStoreOperations(t *testing.T) {
 		return string(out)
 	}
 	client := func(grpcAddr string) storev1.StoreClient {
-		conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(pki.StoreCredentials(admin)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -95,8 +111,8 @@ func TestStoreOperations(t *testing.T) {
 		return nil
 	})
 	// Node 3 is not running: its add times out and leaves it non-voting.
-	out, err := exec.CommandContext(ctx, bin, "store", "members", "add", "--endpoint", addr(1), "--node-id", "3", "--raft-addr", addr(6),
-		"--shards", "2", "--timeout", "1s").CombinedOutput()
+	out, err := exec.CommandContext(ctx, bin, append([]string{"store", "members", "add", "--endpoint", addr(1), "--node-id", "3", "--raft-addr", addr(6),
+		"--shards", "2", "--timeout", "1s"}, flags(pki.LocalAdmin)...)...).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "node 3 has not caught up") {
 		t.Fatalf("members add of a node that is down: %v\n%s", err, out)
 	}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/troupe-cluster/troupe/agents/runtime/runtimetest"
 	"github.com/troupe-cluster/troupe/cellstore/localcell"
 )
 
@@ -29,7 +30,10 @@ func TestUpApplyGet(t *testing.T) {
 		t.Fatal(err)
 	}
 	endpoint := fmt.Sprintf("127.0.0.1:%d", ports[0])
-	dir := t.TempDir()
+	dir := runtimetest.Dir(t) // the exec agent's tasks, as nobody under root, reach tasks/
+	// troupe up writes the CLI's configuration, naming the admin's
+	// certificate it made; the CLI below finds it there, as after make run.
+	t.Setenv("TROUPE_CONFIG", filepath.Join(t.TempDir(), "config.yaml"))
 	up := exec.Command(bin, "up", "--data-dir", dir, "--grpc-addr", endpoint, "--http-addr", fmt.Sprintf("127.0.0.1:%d", ports[1]))
 	up.Stdout, up.Stderr = os.Stderr, os.Stderr
 	if err := up.Start(); err != nil {
@@ -52,7 +56,7 @@ spec:
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	run := func(args ...string) (string, error) {
-		out, err := exec.CommandContext(ctx, bin, append(args, "-endpoint", endpoint)...).CombinedOutput()
+		out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
 		return string(out), err
 	}
 	waitFor(t, ctx, func() error {

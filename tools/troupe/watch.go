@@ -108,7 +108,14 @@ func follow[T clientlib.Object](c *clientlib.Client, p *linePrinter, sel clientl
 	in.AddHandler(cache.Handler[T]{
 		OnAdd:    func(_ string, obj T) { report("ADDED", obj) },
 		OnUpdate: func(_ string, _, obj T) { report("MODIFIED", obj) },
-		OnDelete: func(_ string, obj T) { report("DELETED", obj) },
+		OnDelete: func(key string, obj T) {
+			if in.Unreadable(key) == nil { // else OnUnreadable says why it is gone
+				report("DELETED", obj)
+			}
+		},
+		// Whatever the selector: an unreadable value has no labels to
+		// match.
+		OnUnreadable: func(key string, err error) { p.line("UNREADABLE", kind, key, err.Error()) },
 	})
 	return in
 }

@@ -35,6 +35,7 @@ import (
 	"github.com/troupe-cluster/troupe/agents/agent"
 	"github.com/troupe-cluster/troupe/agents/runtime"
 	"github.com/troupe-cluster/troupe/cellstore/localcell"
+	"github.com/troupe-cluster/troupe/cellstore/pki"
 	"github.com/troupe-cluster/troupe/clientlib"
 	"github.com/troupe-cluster/troupe/clientlib/cache"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
@@ -52,6 +53,11 @@ type Options struct {
 	// nil: a one-node store embedded in the process, in a temporary
 	// directory removed at the end.
 	Store []string
+	// TLS is the credentials the run presents to Store: an admin's, as the
+	// run plays every role of the cell (agents, schedulers, controllers,
+	// users) in one process. Nil: plaintext. The embedded store makes
+	// its own.
+	TLS *pki.Source
 	// Shards of the embedded store (0: 1).
 	Shards int
 	// Compress is the virtual time one second of wall time plays: the
@@ -100,6 +106,9 @@ func (o Options) Run(ctx context.Context, cfg sim.Config, src workload.Source) (
 		}
 		defer lc.Close()
 		endpoints = lc.Endpoints()
+		if o.TLS, err = lc.Admin(); err != nil {
+			return nil, err
+		}
 	}
 	r := newRun(o, cfg, endpoints)
 	defer r.close()
@@ -112,6 +121,7 @@ type run struct {
 	compress  float64
 	log       *zap.Logger
 	endpoints []string
+	tls       *pki.Source
 	clients   []*clientlib.Client
 	c         *clientlib.Client // submissions, agents, the monitor
 	instances []*instance
@@ -152,7 +162,7 @@ type jobState struct {
 }
 
 func newRun(o Options, cfg sim.Config, endpoints []string) *run {
-	r := &run{cfg: cfg, compress: o.Compress, log: o.Logger, endpoints: endpoints, serving: map[workload.Type][]int{},
+	r := &run{cfg: cfg, compress: o.Compress, log: o.Logger, endpoints: endpoints, tls: o.TLS, serving: map[workload.Type][]int{},
 		capacity: map[string]int64{}, ctx: context.Background(), stop: func() {}, errc: make(chan error, 1), done: make(chan struct{}),
 		monitor: newMonitor(), rec: sim.NewRecorder(cfg.Schedulers), jobs: map[string]*jobState{}, durations: map[string]time.Duration{}}
 	for i, sc := range cfg.Schedulers {
@@ -168,7 +178,7 @@ func newRun(o Options, cfg sim.Config, endpoints []string) *run {
 // newClient returns a client of the store, closed with the run.
 func (r *run) newClient() (*clientlib.Client, error) {
 	cc := clientlib.DefaultConfig(r.endpoints...)
-	cc.Logger = r.log
+	cc.Logger, cc.TLS = r.log, r.tls
 	c, err := clientlib.New(cc)
 	if err == nil {
 		r.clients = append(r.clients, c)
@@ -203,7 +213,7 @@ func (r *run) run(ctx context.Context, src workload.Source) (*sim.Stats, error) 
 	if err := r.startAgents(); err != nil {
 		return nil, err
 	}
-	roles, err := cell.NewRoles(r.ctx, r.newClient, prometheus.NewRegistry(), r.log)
+	roles, err := cell.NewRoles(r.ctx, func(string) (*clientlib.Client, error) { return r.newClient() }, prometheus.NewRegistry(), r.log)
 	if err != nil {
 		return nil, err
 	}
@@ -312,7 +322,7 @@ type hollow struct {
 }
 
 // Start implements runtime.Runtime.
-func (h *hollow) Start(ctx context.Context, b *troupev1.Binding) (runtime.Process, error) {
+func (h *hollow) Start(ctx context.Context, b *troupev1.Binding, user string) (runtime.Process, error) {
 	h.r.mu.Lock()
 	d, ok := h.r.durations[b.GetMetadata().GetName()]
 	h.r.mu.Unlock()
@@ -320,7 +330,7 @@ func (h *hollow) Start(ctx context.Context, b *troupev1.Binding) (runtime.Proces
 		b = proto.Clone(b).(*troupev1.Binding)
 		b.Task.Template.SimDuration = durationpb.New(d)
 	}
-	return h.sim.Start(ctx, b)
+	return h.sim.Start(ctx, b, user)
 }
 
 // awaitMachines waits until every machine of the cell has registered.
