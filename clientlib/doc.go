@@ -66,6 +66,22 @@
 // with an error matching ErrCompacted; errors.As gives the
 // *CompactedError with the oldest cursor the store can still serve.
 //
+// # Reading what others wrote
+//
+// Any client allowed to write under a prefix may bypass this library, so
+// what it reads meets the rules of a write through it (the cell's
+// ValidationPolicies aside, which judge writes only): Get, List and the
+// informers of NewInformer take a value only if it decodes as its kind's
+// protobuf, belongs at its key and passes the kind's built-in rules
+// (DecodeAt). Anything else is skipped, never fatal: Get returns an
+// *UnreadableError; List returns the other objects with an Unreadables
+// error naming what it skipped; an informer holds no object at the key,
+// logs one error and calls its handlers' OnUnreadable once per spell of
+// the key's unreadability (EventRecorder.RecordUnreadable records it as a
+// Warning event with reason Unreadable on the key's job or machine), and
+// answers Unreadable(key) for readers that would otherwise take the
+// key's absence from the cache for its absence from the store.
+//
 // # Metrics
 //
 // With Config.Registerer set: troupe_client_requests_total{method,code},

@@ -15,6 +15,11 @@
 // replaces the task by its next attempt, which comes back as a new
 // binding, maybe on another machine.
 //
+// A binding whose stored value cannot be read (see clientlib.DecodeAt) is
+// skipped, logged once and recorded as an Unreadable event on the
+// machine; such a value at the machine's own machine, lease or run keys,
+// which only the agent writes, is logged, recorded and written over.
+//
 // A task runs as a host user: its template's, or the agent's TaskUser.
 // Before each start the agent refuses any user but TaskUser that the
 // RunAsPolicy of the task's namespace (/runas/<namespace>, read then) does

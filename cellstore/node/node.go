@@ -65,7 +65,7 @@ func Start(cfg Config) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+	if err := privateDir(cfg.DataDir); err != nil {
 		return nil, err
 	}
 	meta, err := checkCellMeta(cfg.DataDir, cfg.Shards)
@@ -281,6 +281,20 @@ func (n *Node) WaitReady(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
+}
+
+// privateDir makes dir, or makes it again, readable by this user alone:
+// the cell's whole state is in there, and tasks run as other users on
+// the same host. Its parents, made as any directory, let those users
+// pass to what else they hold (troupe up's task directories).
+func privateDir(dir string) error {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return err
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	return os.Chmod(dir, 0o700)
 }
 
 // stateDir holds a node's state machines, one subdirectory per shard.

@@ -10,5 +10,8 @@
 // an Indexer: objects by key plus secondary indexes (tasks by job,
 // bindings by machine, ...). Handlers only enqueue keys; workers take keys
 // from the WorkQueue, re-read the Indexer, and act. The Indexer hands out
-// copies, so a caller can never change the cached state in place.
+// copies, so a caller can never change the cached state in place. A value
+// the informer cannot decode is skipped: logged once, told to
+// Handler.OnUnreadable, and answered by Informer.Unreadable, so that a
+// worker does not take the key for absent.
 package cache

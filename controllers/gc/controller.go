@@ -5,6 +5,10 @@
 // (of jobs, tasks and machines) last seen more than the retention period
 // ago. (Bindings need no collection: a task's Binding is deleted in the
 // transaction that unbinds it.)
+//
+// Stored values that cannot be read (see clientlib.DecodeAt) are skipped
+// and logged once: an unreadable run or event is not collected, nor a run
+// whose task is unreadable (it may still need it).
 package gc
 
 import (
@@ -96,8 +100,8 @@ func (gc *Collector) Collect(ctx context.Context) (int, error) {
 	return deleted, errors.Join(errs...)
 }
 
-// reportUnreadable logs the unreadable events of kind k a pass skipped, each once for
-// as long as it stays unreadable.
+// reportUnreadable logs the unreadable events of kind k a pass skipped,
+// each once for as long as it stays unreadable.
 func (gc *Collector) reportUnreadable(k clientlib.Kind[*troupev1.Event], unreadable clientlib.Unreadables) {
 	gc.mu.Lock()
 	defer gc.mu.Unlock()

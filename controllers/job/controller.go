@@ -29,6 +29,12 @@
 // task failed (Failed, with its exit code), retried (Retrying, n of
 // max_retries) or, for a service, replaced (Replaced), and the job
 // succeeded, failed or stopped.
+//
+// A job, task or run whose stored value cannot be read (see
+// clientlib.DecodeAt) is skipped, logged once and recorded as an
+// Unreadable event on its job (its machine, for a run): an unreadable
+// job gets no tasks and its tasks are left alone; an unreadable task is
+// neither created again over nor counted in its job's status.
 package job
 
 import (

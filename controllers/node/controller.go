@@ -6,6 +6,11 @@
 // machine is READY again. Time comes from an injected clock. Both changes
 // are recorded as the machine's Events (MachineLost, with how long ago the
 // lease expired and how many tasks were released; MachineReady).
+//
+// A machine, lease or task whose stored value cannot be read (see
+// clientlib.DecodeAt) is skipped, logged once and recorded as an
+// Unreadable event on its machine (its job, for a task); a machine whose
+// lease is unreadable is left as it is, neither lost nor ready again.
 package node
 
 import (

@@ -53,7 +53,8 @@ type Config struct {
 	// and runs its own.
 	Cache *CellCache
 	// Events records what the instance did to jobs and tasks (Scheduled,
-	// Conflict, FailedScheduling, Preempted); nil: nothing is recorded.
+	// Conflict, FailedScheduling, Preempted) and the values of its caches
+	// it skipped as unreadable (Unreadable); nil: nothing is recorded.
 	Events *clientlib.EventRecorder
 	// Commits, if set, takes the instance's placement commits instead of
 	// the client (a proxy, or a test's fault injection).

@@ -9,7 +9,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -99,14 +98,6 @@ func Start(ctx context.Context, cfg Config) (*Cell, error) {
 		return nil, err
 	}
 	ncfg.RaftAddr = fmt.Sprintf("127.0.0.1:%d", ports[0])
-	// The store's files hold the whole cell: private to this user, though
-	// task users may pass through DataDir to their directories.
-	if err := os.MkdirAll(ncfg.DataDir, 0o700); err != nil {
-		return nil, err
-	}
-	if err := os.Chmod(ncfg.DataDir, 0o700); err != nil {
-		return nil, err
-	}
 	c := &Cell{agents: map[string]context.CancelFunc{}, ctx: ctx, cfg: cfg, clients: map[string]*clientlib.Client{}}
 	if !cfg.Insecure {
 		if err := c.ensurePKI(ncfg.GRPCAddr); err != nil {
