@@ -209,6 +209,9 @@ func (n *Node) startRaft(meta cellMeta) error {
 	storev1.RegisterStoreServer(n.grpcServer, srv)
 	storev1.RegisterAdminServer(n.grpcServer, server.NewAdmin(srv, backend))
 	n.registry.MustRegister(&raftCollector{n: n}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if cfg.TLS != nil {
+		n.registry.MustRegister(cfg.TLS.ExpiryGauge())
+	}
 	return nil
 }
 

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 var t0 = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
@@ -224,5 +226,19 @@ func TestOpenSSLReads(t *testing.T) {
 	out, err = exec.Command("openssl", "verify", "-CAfile", DirFiles(dir, "").CA, DirFiles(dir, LocalStore).Cert).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "OK") {
 		t.Fatalf("openssl verify: %v\n%s", err, out)
+	}
+}
+
+func TestExpiryGauge(t *testing.T) {
+	dir, _ := newCell(t, t0)
+	s := source(t, dir, LocalAdmin, t0)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(s.ExpiryGauge())
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := fams[0].GetMetric()[0].GetGauge().GetValue(), float64(t0.Add(DefaultLeafValidity).Unix()); got != want {
+		t.Fatalf("expiry %v, want %v", got, want)
 	}
 }

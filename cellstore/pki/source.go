@@ -9,6 +9,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Source is a process's credentials, read from Files and read again
@@ -260,4 +262,14 @@ func (s *Source) DialConfig(accept Accept) func(target string) (*tls.Config, err
 		}
 		return s.ClientConfig(host, accept), nil
 	}
+}
+
+// ExpiryGauge exports when the current certificate expires, so that an
+// alert can ask for its renewal in time (reloaded certificates show at
+// once).
+func (s *Source) ExpiryGauge() prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "troupe_tls_certificate_expiry_timestamp_seconds",
+		Help: "When this process's current TLS certificate expires, in Unix seconds.",
+	}, func() float64 { return float64(s.Leaf().NotAfter.Unix()) })
 }

@@ -106,6 +106,9 @@ func runRoles(rf roleFlags, what string, start func(*cell.Roles) error) error {
 	defer stop()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if creds != nil {
+		reg.MustRegister(creds.ExpiryGauge())
+	}
 	r, err := cell.NewRoles(ctx, func(string) (*clientlib.Client, error) { return rf.client(creds, log) }, reg, log)
 	if err != nil {
 		return err
