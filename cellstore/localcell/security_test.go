@@ -187,6 +187,21 @@ func TestRolesAgainstARealCell(t *testing.T) {
 			t.Errorf("%s: got %v, want the connection refused or PERMISSION_DENIED", name, err)
 		}
 	}
+	// Raft traffic is mutual TLS between store identities: an admin's
+	// certificate of the cell's CA does not get in.
+	adminCreds, err := c.Admin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raft, err := tls.Dial("tcp", c.Node(1).RaftAddr(), adminCreds.ClientConfig("127.0.0.1", pki.AcceptRoles(pki.RoleStore)))
+	if err == nil {
+		raft.SetReadDeadline(time.Now().Add(attemptTimeout))
+		_, err = raft.Read(make([]byte, 1))
+		raft.Close()
+	}
+	if err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("an admin on the Raft port: %v, want its certificate refused", err)
+	}
 	if after := c.snapshot(ctx); after != before {
 		t.Errorf("refused requests changed the store:\nbefore:\n%s\nafter:\n%s", before, after)
 	}

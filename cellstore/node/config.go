@@ -24,10 +24,6 @@ type Config struct {
 	DataDir string
 	// RaftAddr is the host:port replicas of other nodes reach this one at.
 	RaftAddr string
-	// RaftTLS secures the Raft traffic between nodes with mutual TLS 1.3
-	// (transport.go); nil: plain TCP. Give both of its configurations or
-	// neither: nodes that differ cannot talk.
-	RaftTLS *TransportTLS
 	// GRPCAddr is where clients reach the store ("127.0.0.1:0" picks a
 	// free port; see Node.GRPCAddr).
 	GRPCAddr string
@@ -106,9 +102,6 @@ func (c Config) Validate() error {
 		if _, _, err := net.SplitHostPort(a); err != nil {
 			add("node: %s %q: %v", name, a, err)
 		}
-	}
-	if t := c.RaftTLS; t != nil && (t.Server == nil) != (t.Client == nil) {
-		add("node: RaftTLS needs both a Server and a Client configuration, or neither")
 	}
 	if c.Shards == 0 || c.Shards > 1024 {
 		add("node: Shards must be in [1, 1024], got %d", c.Shards)

@@ -30,6 +30,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/troupe-cluster/troupe/cellstore/authz"
+	"github.com/troupe-cluster/troupe/cellstore/pki"
 	"github.com/troupe-cluster/troupe/cellstore/server"
 	"github.com/troupe-cluster/troupe/cellstore/statemachine"
 	"github.com/troupe-cluster/troupe/cellstore/watch"
@@ -111,7 +112,7 @@ func (n *Node) startRaft(meta cellMeta) error {
 		Expert:         expertConfig(cfg.LogDBMemory),
 	}
 	// Always Troupe's transport, plain or TLS: one code path everywhere.
-	nhc.Expert.TransportFactory = newTransportFactory(cfg.RaftTLS, n.log)
+	nhc.Expert.TransportFactory = newTransportFactory(raftTLS(cfg.TLS), n.log)
 	nh, err := dragonboat.NewNodeHost(nhc)
 	if err != nil {
 		return fmt.Errorf("node: start raft host: %w", err)
@@ -284,6 +285,16 @@ func (n *Node) WaitReady(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
+}
+
+// raftTLS secures Raft traffic with a node's credentials: mutual TLS
+// between store identities only; plain TCP without credentials.
+func raftTLS(creds *pki.Source) *TransportTLS {
+	if creds == nil {
+		return nil
+	}
+	stores := pki.AcceptRoles(pki.RoleStore)
+	return &TransportTLS{Server: creds.ServerConfig(stores, false), Client: creds.DialConfig(stores)}
 }
 
 // privateDir makes dir, or makes it again, readable by this user alone:

@@ -27,7 +27,6 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/troupe-cluster/troupe/cellstore/pki"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
@@ -779,7 +778,6 @@ func TestNodesOverMutualTLS(t *testing.T) {
 	for id := uint64(1); id <= 3; id++ {
 		members[id] = freeAddr(t)
 	}
-	stores := pki.AcceptRoles(pki.RoleStore)
 	var nodes []*Node
 	var wg sync.WaitGroup
 	errs := make([]error, 3)
@@ -795,7 +793,7 @@ func TestNodesOverMutualTLS(t *testing.T) {
 		}
 		cfg := testConfig(t, t.TempDir())
 		cfg.NodeID, cfg.RaftAddr, cfg.InitialMembers, cfg.Shards = uint64(i+1), members[uint64(i+1)], members, 1
-		cfg.RaftTLS = &TransportTLS{Server: src.ServerConfig(stores, false), Client: src.DialConfig(stores)}
+		cfg.TLS = src
 		wg.Go(func() { nodes[i], errs[i] = Start(cfg) })
 	}
 	wg.Wait()
@@ -814,7 +812,14 @@ func TestNodesOverMutualTLS(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	conn, err := grpc.NewClient(nodes[0].GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err := ca.IssueTo(dir, "admin", pki.Leaf{Identity: pki.Identity{Role: pki.RoleAdmin, Name: "t"}, Validity: time.Hour}, now); err != nil {
+		t.Fatal(err)
+	}
+	admin, err := pki.NewSource(pki.DirFiles(dir, "admin"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(nodes[0].GRPCAddr(), grpc.WithTransportCredentials(pki.StoreCredentials(admin)))
 	if err != nil {
 		t.Fatal(err)
 	}
