@@ -106,6 +106,9 @@ func runAgent(args []string) error {
 				return err
 			}
 		}
+		if creds != nil && *logAddr != "" && len(creds.Leaf().DNSNames)+len(creds.Leaf().IPAddresses) == 0 {
+			return fmt.Errorf("agent: the certificate names no host, so it cannot serve task logs at %s over TLS: issue it with --hosts (the names and addresses troupe logs dials), or give --log-addr ''", *logAddr)
+		}
 		base.Runtime, base.LogAddr, base.TLS = runtime.NewExec(*dir, log), *logAddr, creds
 		cfgs = append(cfgs, base)
 	default:
