@@ -27,6 +27,25 @@ type storeProcs struct {
 	admin []string
 }
 
+// localPKI makes a local cell's certificates under dir/pki (store, admin,
+// ...; pki.EnsureLocal) and returns the credential flags of one by name,
+// and the admin's credentials.
+func localPKI(t *testing.T, dir string) (flags func(name string) []string, admin *pki.Source) {
+	t.Helper()
+	pkiDir := filepath.Join(dir, "pki")
+	if _, err := pki.EnsureLocal(pkiDir, pki.LocalCell{Hosts: []string{"127.0.0.1"}}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	admin, err := pki.NewSource(pki.DirFiles(pkiDir, pki.LocalAdmin), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(name string) []string {
+		f := pki.DirFiles(pkiDir, name)
+		return []string{"--ca", f.CA, "--cert", f.Cert, "--key", f.Key}
+	}, admin
+}
+
 // startStores starts n store processes of a cell of shards shards under
 // dir, node i with the extra flags extra(i); they are killed when the
 // test ends.
@@ -40,18 +59,7 @@ func startStores(t *testing.T, bin, dir string, n, shards int, extra func(i int)
 	for i := range n {
 		members = append(members, fmt.Sprintf("%d=127.0.0.1:%d", i+1, ports[i]))
 	}
-	pkiDir := filepath.Join(dir, "pki")
-	if _, err := pki.EnsureLocal(pkiDir, pki.LocalCell{Hosts: []string{"127.0.0.1"}}, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	flags := func(name string) []string {
-		f := pki.DirFiles(pkiDir, name)
-		return []string{"--ca", f.CA, "--cert", f.Cert, "--key", f.Key}
-	}
-	admin, err := pki.NewSource(pki.DirFiles(pkiDir, pki.LocalAdmin), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	flags, admin := localPKI(t, dir)
 	c := &storeProcs{admin: flags(pki.LocalAdmin)}
 	for i := range n {
 		grpcAddr := fmt.Sprintf("127.0.0.1:%d", ports[n+i])

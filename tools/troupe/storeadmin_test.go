@@ -37,18 +37,7 @@ func TestStoreOperations(t *testing.T) {
 	addr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	pkiDir := filepath.Join(dir, "pki")
-	if _, err := pki.EnsureLocal(pkiDir, pki.LocalCell{Hosts: []string{"127.0.0.1"}}, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	flags := func(name string) []string {
-		f := pki.DirFiles(pkiDir, name)
-		return []string{"--ca", f.CA, "--cert", f.Cert, "--key", f.Key}
-	}
-	admin, err := pki.NewSource(pki.DirFiles(pkiDir, pki.LocalAdmin), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	flags, admin := localPKI(t, dir)
 	store := func(id int, raft, grpcAddr, dataDir string, extra ...string) *exec.Cmd {
 		args := append([]string{"store", "--node-id", fmt.Sprint(id), "--data-dir", dataDir, "--raft-addr", raft,
 			"--grpc-addr", grpcAddr, "--http-addr", "", "--rtt", "5ms", "--logdb-memory", "tiny"}, append(flags(pki.LocalStore), extra...)...)
