@@ -1,6 +1,10 @@
 # Troupe. `make run` starts a cell, `make test` runs the tests.
 GO       ?= go
 BIN      := bin/troupe
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT   ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+DATE     ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+LDFLAGS  := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(DATE)
 DURATION ?= 10s
 WORKLOADS ?= seq,cas,place,place4,split4
 FUZZTIME ?= 30s
@@ -15,7 +19,7 @@ FAULT_WORKLOADS ?= register,bank
 all: build
 
 build:
-	$(GO) build -o $(BIN) ./tools/troupe
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./tools/troupe
 
 # A whole cell in one process: store, schedulers, controllers and an exec
 # agent for this host, with its data in ./troupe-data (see README).

@@ -22,8 +22,15 @@ type Config struct {
 	NodeID uint64
 	// DataDir holds the Raft logs and the shards' state.
 	DataDir string
-	// RaftAddr is the host:port replicas of other nodes reach this one at.
+	// RaftAddr is the host:port replicas of other nodes reach this one at:
+	// an address or a DNS name (a StatefulSet's or a compose service's),
+	// which peers resolve again when they reconnect, so a node that
+	// restarts with a new IP address is found again.
 	RaftAddr string
+	// RaftListenAddr, if set, is where the Raft transport listens
+	// (0.0.0.0:7100) when RaftAddr names the node in a way it cannot bind
+	// (a DNS name).
+	RaftListenAddr string
 	// GRPCAddr is where clients reach the store ("127.0.0.1:0" picks a
 	// free port; see Node.GRPCAddr).
 	GRPCAddr string

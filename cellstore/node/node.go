@@ -109,6 +109,7 @@ func (n *Node) startRaft(meta cellMeta) error {
 		NodeHostDir:    filepath.Join(cfg.DataDir, "raft"),
 		RTTMillisecond: uint64(cfg.RTT / time.Millisecond),
 		RaftAddress:    cfg.RaftAddr,
+		ListenAddress:  cfg.RaftListenAddr,
 		Expert:         expertConfig(cfg.LogDBMemory),
 	}
 	// Always Troupe's transport, plain or TLS: one code path everywhere.

@@ -39,7 +39,7 @@ func runAgent(args []string) error {
 	hollow := fs.Int("hollow", 0, "host this many simulated machines instead of this one (sim runtime); the certificate must name agent <machine>-hollow-*")
 	level := fs.String("log-level", "warn", "log level: debug, info, warn, error")
 	tf := registerTLSFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *machine == "" {

@@ -36,7 +36,7 @@ func runBench(args []string) error {
 	endpoints := fs.String("endpoints", "", "comma-separated gRPC addresses of an existing cell (default: start one in this process)")
 	security := fs.String("security", string(bench.Secure), fmt.Sprintf("the started cell's security, one of %v: TLS and authorization, TLS alone, neither", bench.Securities))
 	tf := registerTLSFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if err := o.Check(fs); err != nil {
@@ -90,7 +90,7 @@ func runCacheBench(args []string) error {
 	fs := flag.NewFlagSet("bench cache", flag.ContinueOnError)
 	machines := fs.Int("machines", 10000, "machines in the cell")
 	tasks := fs.Int("tasks", 100000, "tasks in the cell")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *machines <= 0 || *tasks <= 0 {
@@ -123,7 +123,7 @@ func runScheduleBench(args []string) error {
 	dir := fs.String("dir", "", "parent of the temporary data directories")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the runs to this file")
 	gogc := fs.Int("gogc", 400, "garbage collection target percentage for the run (Go's GOGC; the cell and its schedulers share this process)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

@@ -40,7 +40,7 @@ func certsInit(args []string) error {
 	cell := fs.String("cell", "troupe", "the cell's name, in the certificates' subject")
 	validity := fs.Duration("validity", pki.DefaultCAValidity, "how long the CA is valid")
 	force := fs.Bool("force", false, "replace an existing CA (every certificate it issued stops being trusted)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *dir == "" {
@@ -72,7 +72,7 @@ func certsIssue(args []string) error {
 	hosts := fs.String("hosts", "", "DNS names and IP addresses the holder serves at, comma-separated (store nodes; agents serving logs)")
 	validity := fs.Duration("validity", pki.DefaultLeafValidity, "how long the certificate is valid")
 	out := fs.String("out", "", "file name, without .crt/.key (default: <role>-<name>)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *dir == "" {

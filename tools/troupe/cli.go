@@ -29,7 +29,7 @@ func cliClient(fs *flag.FlagSet, args []string) (*clientlib.Client, context.Cont
 func cliClientCreds(fs *flag.FlagSet, args []string) (*clientlib.Client, *pki.Source, context.Context, context.CancelFunc, error) {
 	cf := registerCLIFlags(fs)
 	timeout := fs.Duration("timeout", 10*time.Second, "request timeout")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return nil, nil, nil, nil, err
 	}
 	creds, err := cf.source()

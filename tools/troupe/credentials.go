@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -16,20 +15,20 @@ import (
 
 // tlsFlags are a process's credentials: the cell's CA and its own
 // certificate and key (troupe certs makes them), from flags or the
-// environment (TROUPE_CA, TROUPE_CERT, TROUPE_KEY, TROUPE_INSECURE), or,
-// for the CLI, from the client configuration `troupe up` writes.
+// environment (TROUPE_CA, TROUPE_CERT, TROUPE_KEY, TROUPE_INSECURE, as
+// parseFlags reads every flag), or, for the CLI, from the client
+// configuration `troupe up` writes.
 type tlsFlags struct {
 	ca, cert, key *string
 	insecure      *bool
 }
 
 func registerTLSFlags(fs *flag.FlagSet) tlsFlags {
-	insecure, _ := strconv.ParseBool(os.Getenv("TROUPE_INSECURE"))
 	return tlsFlags{
-		ca:       fs.String("ca", os.Getenv("TROUPE_CA"), "the cell's CA certificate, PEM ($TROUPE_CA)"),
-		cert:     fs.String("cert", os.Getenv("TROUPE_CERT"), "this process's certificate, PEM; its identity says what it may do ($TROUPE_CERT)"),
-		key:      fs.String("key", os.Getenv("TROUPE_KEY"), "this process's private key, PEM ($TROUPE_KEY)"),
-		insecure: fs.Bool("insecure", insecure, "no TLS and no authorization: whoever reaches a port may read and change everything ($TROUPE_INSECURE)"),
+		ca:       fs.String("ca", "", "the cell's CA certificate, PEM"),
+		cert:     fs.String("cert", "", "this process's certificate, PEM; its identity says what it may do"),
+		key:      fs.String("key", "", "this process's private key, PEM"),
+		insecure: fs.Bool("insecure", false, "no TLS and no authorization: whoever reaches a port may read and change everything"),
 	}
 }
 

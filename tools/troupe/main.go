@@ -16,6 +16,7 @@
 //	troupe status   show a store node's status
 //	troupe bench    run benchmarks
 //	troupe sim      simulate schedulers on a trace or a synthetic workload
+//	troupe version  print the version, commit and build date
 package main
 
 import (
@@ -46,6 +47,7 @@ func commands() []command {
 		{"status", "show a store node's status", runStatus},
 		{"bench", "run benchmarks (store workloads, cache, schedule)", runBench},
 		{"sim", "simulate schedulers on a trace or synthetic workload", runSim},
+		{"version", "print the version, commit and build date", runVersion},
 	}
 }
 

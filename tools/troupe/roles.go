@@ -56,7 +56,7 @@ func runScheduler(args []string) error {
 	first := fs.Int("first", 0, "index of this process's first instance of each kind: instances are named <kind>-<index> and serve partition <index>")
 	partitions := fs.Int("partitions", 0, "instances of each kind over all processes, which split the kind's jobs by hash (0: this process's; 1: no split, instances compete for every job)")
 	backoff := fs.Duration("backoff", time.Second, "wait before tasks that fit nowhere are tried again")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	parts := *partitions
@@ -81,7 +81,7 @@ func runController(args []string) error {
 	fs := flag.NewFlagSet("controller", flag.ContinueOnError)
 	rf := registerRoleFlags(fs)
 	interval := fs.Duration("node-interval", time.Second, "how often machine leases are checked")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	return runRoles(rf, "controller", func(r *cell.Roles) error { return r.StartControllers(*interval) })
@@ -105,7 +105,7 @@ func runRoles(rf roleFlags, what string, start func(*cell.Roles) error) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
 	if creds != nil {
 		reg.MustRegister(creds.ExpiryGauge())
 	}

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -55,7 +57,9 @@ func runStore(args []string) error {
 	fs := flag.NewFlagSet("store", flag.ContinueOnError)
 	fs.Uint64Var(&cfg.NodeID, "node-id", cfg.NodeID, "this node's ID in the cell (non-zero)")
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory for Raft logs and state")
-	fs.StringVar(&cfg.RaftAddr, "raft-addr", cfg.RaftAddr, "host:port other store nodes reach this one at")
+	fs.StringVar(&cfg.RaftAddr, "raft-addr", cfg.RaftAddr, "host:port other store nodes reach this one at (an address or a DNS name)")
+	fs.StringVar(&cfg.RaftListenAddr, "raft-listen-addr", "", "host:port the Raft transport listens on, when --raft-addr is a name it cannot bind (default: --raft-addr)")
+	idFromHost := fs.Bool("node-id-from-hostname", false, "take the node ID from the hostname's last number plus one (a StatefulSet's store-0 is node 1); overrides --node-id")
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "host:port clients reach the store at")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "host:port for /healthz and /metrics (empty: off)")
 	members := fs.String("initial-members", "", "a new cell's members, ID=RAFTADDR,... (default: this node alone)")
@@ -76,7 +80,7 @@ func runStore(args []string) error {
 	rules := fs.String("rules", "", "authorization rules file replacing the built-in rules (see --print-default-rules)")
 	printRules := fs.Bool("print-default-rules", false, "print the built-in authorization rules and exit")
 	level := fs.String("log-level", "warn", "log level: debug, info, warn, error")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *printRules {
@@ -84,6 +88,11 @@ func runStore(args []string) error {
 		return err
 	}
 	var err error
+	if *idFromHost {
+		if cfg.NodeID, err = nodeIDFromHostname(); err != nil {
+			return err
+		}
+	}
 	if cfg.TLS, err = tf.source("store"); err != nil {
 		return err
 	}
@@ -111,6 +120,7 @@ func runStore(args []string) error {
 		return err
 	}
 	defer n.Close()
+	n.Registry().MustRegister(buildInfo())
 	if cfg.Join {
 		if err := joinCell(*join, cfg, n); err != nil {
 			return err
@@ -123,6 +133,25 @@ func runStore(args []string) error {
 	<-ctx.Done()
 	fmt.Println("troupe store: shutting down")
 	return nil
+}
+
+// nodeIDFromHostname is the ordinal at the end of this host's name, plus
+// one: a StatefulSet names its pods store-0, store-1, ...
+func nodeIDFromHostname() (uint64, error) {
+	host, err := os.Hostname()
+	if err != nil {
+		return 0, err
+	}
+	return nodeIDOf(host)
+}
+
+func nodeIDOf(host string) (uint64, error) {
+	i := strings.LastIndexFunc(host, func(r rune) bool { return r < '0' || r > '9' })
+	n, err := strconv.ParseUint(host[i+1:], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("store: --node-id-from-hostname: hostname %q does not end in a number", host)
+	}
+	return n + 1, nil
 }
 
 // storeShards picks a node's shard count: the one given, else the one its

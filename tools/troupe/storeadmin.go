@@ -27,7 +27,7 @@ import (
 func storeConn(fs *flag.FlagSet, args []string, timeout time.Duration) (*grpc.ClientConn, context.Context, context.CancelFunc, error) {
 	cf := registerCLIFlags(fs)
 	fs.DurationVar(&timeout, "timeout", timeout, "request timeout")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return nil, nil, nil, err
 	}
 	creds, err := cf.source()
@@ -173,7 +173,7 @@ func runRestore(args []string) error {
 	fs := flag.NewFlagSet("restore", flag.ContinueOnError)
 	in := fs.String("in", "", "backup file to restore")
 	dir := fs.String("data-dir", "", "the new node's data directory (empty or absent)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *in == "" || *dir == "" {

@@ -30,7 +30,7 @@ func runUp(args []string) error {
 	taskUser := fs.String("task-user", runtime.DefaultTaskUser(), taskUserUsage)
 	level := fs.String("log-level", "warn", "log level")
 	insecure := fs.Bool("insecure", false, "no TLS and no authorization: anyone who reaches the ports may read and change the whole cell")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *insecure {
@@ -65,6 +65,7 @@ func runUp(args []string) error {
 		return err
 	}
 	defer c.Stop()
+	c.Node.Registry().MustRegister(buildInfo())
 	security := "insecure: no TLS, no authorization"
 	if !*insecure {
 		path, err := writeUpClientConfig(c)
