@@ -6,11 +6,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
+	"text/tabwriter"
 	"time"
 
 	"go.uber.org/zap"
@@ -209,22 +212,104 @@ func joinCell(endpoint string, cfg node.Config, n *node.Node) error {
 	return printMembers(resp.GetMembers())
 }
 
+// runStatus shows the store nodes at --endpoint (every one given, or the
+// CLI configuration's): per node its health (every shard has a leader),
+// the shards it leads, its applied index and how far it lags the most
+// advanced node shown, shard by shard; -o json prints their raw status.
 func runStatus(args []string) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	conn, ctx, cancel, err := storeConn(fs, args, 5*time.Second)
+	output := fs.String("o", "table", "table or json")
+	cf := registerCLIFlags(fs)
+	timeout := fs.Duration("timeout", 5*time.Second, "request timeout per node")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	creds, err := cf.source()
 	if err != nil {
 		return err
 	}
-	defer cancel()
+	eps := cf.endpoints()
+	sts := make([]*storev1.StatusResponse, len(eps))
+	errs := make([]error, len(eps))
+	var wg sync.WaitGroup
+	for i, ep := range eps {
+		wg.Go(func() { sts[i], errs[i] = nodeStatus(ep, creds, *timeout) })
+	}
+	wg.Wait()
+	switch *output {
+	case "json":
+		for i, st := range sts {
+			if errs[i] != nil {
+				return fmt.Errorf("status of %s: %w", eps[i], errs[i])
+			}
+			b, err := protojson.MarshalOptions{Multiline: true, EmitUnpopulated: true}.Marshal(st)
+			if err != nil {
+				return err
+			}
+			fmt.Println(string(b))
+		}
+		return nil
+	case "table":
+		return printStatus(os.Stdout, eps, sts, errs)
+	default:
+		return fmt.Errorf("status: -o is table or json, not %q", *output)
+	}
+}
+
+func nodeStatus(endpoint string, creds *pki.Source, timeout time.Duration) (*storev1.StatusResponse, error) {
+	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(pki.StoreCredentials(creds)))
+	if err != nil {
+		return nil, err
+	}
 	defer conn.Close()
-	st, err := storev1.NewStoreClient(conn).Status(ctx, &storev1.StatusRequest{})
-	if err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return storev1.NewStoreClient(conn).Status(ctx, &storev1.StatusRequest{})
+}
+
+// printStatus prints a line per node: NODE, ENDPOINT, HEALTH, LEADS,
+// APPLIED (the sum over shards of the applied Raft index), LAG (the most
+// entries any shard is behind the most advanced node shown).
+func printStatus(out io.Writer, eps []string, sts []*storev1.StatusResponse, errs []error) error {
+	top := map[uint32]uint64{} // shard -> most advanced applied index shown
+	for _, st := range sts {
+		for _, sh := range st.GetShards() {
+			top[sh.GetShard()] = max(top[sh.GetShard()], sh.GetAppliedIndex())
+		}
+	}
+	w := tabwriter.NewWriter(out, 0, 4, 3, ' ', 0)
+	fmt.Fprintln(w, "NODE\tENDPOINT\tHEALTH\tLEADS\tAPPLIED\tLAG")
+	unhealthy := 0
+	for i, st := range sts {
+		if errs[i] != nil {
+			unhealthy++
+			fmt.Fprintf(w, "-\t%s\tunreachable: %s\t-\t-\t-\n", eps[i], status.Convert(errs[i]).Message())
+			continue
+		}
+		var leads, leaderless []uint32
+		var applied, lag uint64
+		for _, sh := range st.GetShards() {
+			if sh.GetIsLeader() {
+				leads = append(leads, sh.GetShard())
+			}
+			if sh.GetLeaderReplicaId() == 0 {
+				leaderless = append(leaderless, sh.GetShard())
+			}
+			applied += sh.GetAppliedIndex()
+			lag = max(lag, top[sh.GetShard()]-sh.GetAppliedIndex())
+		}
+		health := "ok"
+		if len(leaderless) > 0 {
+			unhealthy++
+			health = "no leader for shards " + shardRanges(leaderless)
+		}
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%d\n", st.GetReplicaId(), eps[i], health, shardRanges(leads), applied, lag)
+	}
+	if err := w.Flush(); err != nil {
 		return err
 	}
-	b, err := protojson.MarshalOptions{Multiline: true, EmitUnpopulated: true}.Marshal(st)
-	if err != nil {
-		return err
+	if unhealthy > 0 {
+		return fmt.Errorf("status: %d of %d nodes unhealthy", unhealthy, len(sts))
 	}
-	fmt.Println(string(b))
 	return nil
 }

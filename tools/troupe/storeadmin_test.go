@@ -99,6 +99,14 @@ func TestStoreOperations(t *testing.T) {
 		}
 		return nil
 	})
+	// Both nodes are healthy and each says what it leads.
+	waitFor(t, ctx, func() error {
+		out := troupe("status", "--endpoint", addr(1)+","+addr(3))
+		if n := strings.Count(out, " ok "); n != 2 {
+			return fmt.Errorf("status of the two nodes:\n%s", out)
+		}
+		return nil
+	})
 	// Node 3 is not running: its add times out and leaves it non-voting.
 	out, err := exec.CommandContext(ctx, bin, append([]string{"store", "members", "add", "--endpoint", addr(1), "--node-id", "3", "--raft-addr", addr(6),
 		"--shards", "2", "--timeout", "1s"}, flags(pki.LocalAdmin)...)...).CombinedOutput()
