@@ -59,6 +59,8 @@ func (id Identity) Validate() error {
 		return fmt.Errorf("identity %s: '*' may only end a name", id)
 	case strings.HasSuffix(id.Name, "*") && id.Role != RoleAgent:
 		return fmt.Errorf("identity %s: only an agent's name may end in '*' (machines by prefix)", id)
+	case id.Name == "*":
+		return fmt.Errorf("identity %s: '*' alone would speak for every machine; give a prefix (rack1-*)", id)
 	}
 	return nil
 }

@@ -22,7 +22,7 @@ func TestIdentityURI(t *testing.T) {
 			t.Errorf("ParseURI(%s) = %v, %v", id.URI(), got, err)
 		}
 	}
-	for _, bad := range []Identity{{"root", "x"}, {RoleAgent, ""}, {RoleAgent, "a/b"}, {RoleScheduler, "s*"}, {RoleAgent, "a*b*"}} {
+	for _, bad := range []Identity{{"root", "x"}, {RoleAgent, ""}, {RoleAgent, "a/b"}, {RoleScheduler, "s*"}, {RoleAgent, "a*b*"}, {RoleAgent, "*"}} {
 		if err := bad.Validate(); err == nil {
 			t.Errorf("%v validated", bad)
 		}
