@@ -81,6 +81,9 @@ func TestEtcdTLS(t *testing.T) {
 			t.Errorf("member %s: peer %v client %v, peer URL %s: want client certificates on both over https",
 				cfg.Name, cfg.PeerTLSInfo, cfg.ClientTLSInfo, &cfg.ListenPeerUrls[0])
 		}
+		if cfg := m.Config(); len(cfg.ListenClientHttpUrls) != 1 {
+			t.Errorf("member %s: HTTP at %v, want its own URL so that the client port serves gRPC only", cfg.Name, cfg.ListenClientHttpUrls)
+		}
 	}
 	sys, err := dialEtcd(cluster.endpoints, cluster.clientTLS)
 	if err != nil {
