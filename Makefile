@@ -86,7 +86,6 @@ image:
 	rm -rf $(IMAGE_CONTEXT)
 	mkdir -p $(IMAGE_CONTEXT)/rootfs/etc $(IMAGE_CONTEXT)/rootfs/tmp $(IMAGE_CONTEXT)/empty
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(IMAGE_CONTEXT)/rootfs/troupe ./tools/troupe
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(IMAGE_CONTEXT)/rootfs/troupe-certs-init ./deploy/image/certsinit
 	install -m 0644 deploy/image/passwd deploy/image/group $(IMAGE_CONTEXT)/rootfs/etc/
 	chmod 1777 $(IMAGE_CONTEXT)/rootfs/tmp
 	ln -s usr/bin $(IMAGE_CONTEXT)/rootfs/bin

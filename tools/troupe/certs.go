@@ -15,6 +15,8 @@ import (
 // runCerts makes a cell's CA and issues its certificates:
 //
 //	troupe certs init  --dir DIR              a new CA: DIR/ca.crt, DIR/ca.key
+//	    [--exist-ok] [--out-dir OUT] [--issue ROLE/NAME[@HOST,...] ...]
+//	                                          and the certificates OUT lacks (a job that may rerun)
 //	troupe certs issue --dir DIR --role R --name N [--hosts H,...]
 //	                                          DIR/<out>.crt and .key (renewal: issue again)
 //	troupe certs show FILE                    a certificate's identity, hosts and validity
@@ -40,28 +42,86 @@ func certsInit(args []string) error {
 	cell := fs.String("cell", "troupe", "the cell's name, in the certificates' subject")
 	validity := fs.Duration("validity", pki.DefaultCAValidity, "how long the CA is valid")
 	force := fs.Bool("force", false, "replace an existing CA (every certificate it issued stops being trusted)")
+	existOK := fs.Bool("exist-ok", false, "keep an existing CA and carry on (a job that may run again, as the compose cell's)")
+	outDir := fs.String("out-dir", "", "with --issue: where the certificates and a copy of ca.crt go, not the CA's key (default: --dir)")
+	var issues []pki.Leaf
+	fs.Func("issue", "issue a certificate for ROLE/NAME[@HOST,...] unless --out-dir has it, named <role>-<name> (repeatable)", func(s string) error {
+		l, err := parseIssue(s)
+		issues = append(issues, l)
+		return err
+	})
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *dir == "" {
 		return errors.New("certs init: give --dir")
 	}
-	caFile := filepath.Join(*dir, pki.CACertFile)
-	if _, err := os.Stat(caFile); err == nil && !*force {
-		return fmt.Errorf("certs init: %s exists; --force replaces it, and every certificate it issued stops being trusted", caFile)
-	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
+	if *outDir == "" {
+		*outDir = *dir
 	}
-	ca, err := pki.NewCA(*cell, *validity, time.Now())
-	if err != nil {
+	caFile, keyFile := filepath.Join(*dir, pki.CACertFile), filepath.Join(*dir, pki.CAKeyFile)
+	ca, err := pki.LoadCA(caFile, keyFile)
+	switch {
+	case err == nil && *existOK:
+		fmt.Printf("CA in %s kept\n", caFile)
+	case err == nil && !*force:
+		return fmt.Errorf("certs init: %s exists; --exist-ok keeps it, --force replaces it (and every certificate it issued stops being trusted)", caFile)
+	case err != nil && !errors.Is(err, os.ErrNotExist):
 		return err
+	default:
+		if ca, err = pki.NewCA(*cell, *validity, time.Now()); err != nil {
+			return err
+		}
+		if err := pki.WriteCA(*dir, ca); err != nil {
+			return err
+		}
+		fmt.Printf("CA of cell %s in %s (key: %s, keep it off the cell's machines), valid until %s\n",
+			*cell, caFile, keyFile, ca.Cert.NotAfter.Format(time.RFC3339))
 	}
-	if err := pki.WriteCA(*dir, ca); err != nil {
-		return err
+	if len(issues) == 0 {
+		return nil
 	}
-	fmt.Printf("CA of cell %s in %s (key: %s, keep it off the cell's machines), valid until %s\n",
-		*cell, caFile, filepath.Join(*dir, pki.CAKeyFile), ca.Cert.NotAfter.Format(time.RFC3339))
+	if *outDir != *dir {
+		if err := pki.WriteFileAtomic(filepath.Join(*outDir, pki.CACertFile), ca.CertPEM(), 0o644); err != nil {
+			return err
+		}
+	}
+	for _, l := range issues {
+		name := certFileName(l.Identity)
+		f := pki.DirFiles(*outDir, name)
+		if _, err := os.Stat(f.Cert); err == nil {
+			if _, err := os.Stat(f.Key); err == nil {
+				fmt.Printf("%s: %s kept\n", l.Identity, f.Cert)
+				continue
+			}
+		}
+		l.Validity = pki.DefaultLeafValidity
+		if err := ca.IssueTo(*outDir, name, l, time.Now()); err != nil {
+			return err
+		}
+		fmt.Printf("%s: %s\n", l.Identity, f.Cert)
+	}
 	return nil
+}
+
+// parseIssue parses ROLE/NAME[@HOST,...].
+func parseIssue(s string) (pki.Leaf, error) {
+	id, hosts, _ := strings.Cut(s, "@")
+	role, name, ok := strings.Cut(id, "/")
+	l := pki.Leaf{Identity: pki.Identity{Role: role, Name: name}}
+	if !ok {
+		return l, fmt.Errorf("--issue %q: want ROLE/NAME[@HOST,...]", s)
+	}
+	if hosts != "" {
+		l.Hosts = strings.Split(hosts, ",")
+	}
+	return l, l.Identity.Validate()
+}
+
+// certFileName is the file name, without .crt/.key, of id's
+// certificate: <role>-<name>, '*' written as '_'.
+func certFileName(id pki.Identity) string {
+	return id.Role + "-" + strings.ReplaceAll(id.Name, "*", "_")
 }
 
 func certsIssue(args []string) error {
@@ -91,7 +151,7 @@ func certsIssue(args []string) error {
 	}
 	file := *out
 	if file == "" {
-		file = id.Role + "-" + strings.ReplaceAll(id.Name, "*", "_")
+		file = certFileName(id)
 	}
 	var hl []string
 	if *hosts != "" {
