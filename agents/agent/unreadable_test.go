@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/troupe-cluster/troupe/agents/agent"
@@ -25,10 +23,7 @@ import (
 func TestSkipsUnreadableObjects(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	cell := clienttest.Start(ctx, t)
-	c := cell.Client()
-	core, logs := observer.New(zap.InfoLevel)
-	log := zap.New(core)
+	cell, c, log, logs := clienttest.Observed(ctx, t)
 
 	binding := func(machine string, i int32, command string) *troupev1.Binding {
 		return &troupev1.Binding{Metadata: &troupev1.ObjectMeta{Name: clientlib.TaskRef("ns", "j", i)}, Machine: machine,

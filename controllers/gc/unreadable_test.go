@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/troupe-cluster/troupe/clientlib"
@@ -25,10 +23,7 @@ import (
 func TestSkipsUnreadableObjects(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	cell := clienttest.Start(ctx, t)
-	c := cell.Client()
-	core, logs := observer.New(zap.InfoLevel)
-	log := zap.New(core)
+	cell, c, log, logs := clienttest.Observed(ctx, t)
 	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 
 	if _, err := clientlib.Create(ctx, c, clientlib.Tasks, &troupev1.Task{Metadata: &troupev1.ObjectMeta{Name: "j-0", Namespace: "ns"},

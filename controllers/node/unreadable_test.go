@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -25,10 +23,7 @@ import (
 func TestSkipsUnreadableObjects(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	cell := clienttest.Start(ctx, t)
-	c := cell.Client()
-	core, logs := observer.New(zap.InfoLevel)
-	log := zap.New(core)
+	cell, c, log, logs := clienttest.Observed(ctx, t)
 	start := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
 	now := func() time.Time { return start.Add(time.Minute) }
 
