@@ -397,10 +397,10 @@ func TestTransportServerCertRenewal(t *testing.T) {
 	r.waitBatches(t, 2)
 }
 
-// With cellstore/pki's reloading configurations: a certificate renewed on
-// disk is presented to new connections without a restart, and the role
-// check refuses a scheduler.
-func TestTransportPKIReloadsFromDisk(t *testing.T) {
+// newTestCA makes a CA valid for a day in a new directory, and returns
+// them with the time it was made at.
+func newTestCA(t *testing.T) (string, *pki.CA, time.Time) {
+	t.Helper()
 	dir := t.TempDir()
 	now := time.Now()
 	ca, err := pki.NewCA("test-cell", 24*time.Hour, now)
@@ -410,6 +410,14 @@ func TestTransportPKIReloadsFromDisk(t *testing.T) {
 	if err := pki.WriteCA(dir, ca); err != nil {
 		t.Fatal(err)
 	}
+	return dir, ca, now
+}
+
+// With cellstore/pki's reloading configurations: a certificate renewed on
+// disk is presented to new connections without a restart, and the role
+// check refuses a scheduler.
+func TestTransportPKIReloadsFromDisk(t *testing.T) {
+	dir, ca, now := newTestCA(t)
 	issue := func(name, role string, at time.Time) *pki.Source {
 		t.Helper()
 		l := pki.Leaf{Identity: pki.Identity{Role: role, Name: name}, Hosts: []string{"127.0.0.1"}, Validity: 30 * time.Minute}
@@ -765,15 +773,7 @@ func TestTransportValidate(t *testing.T) {
 // A three-node cell whose Raft traffic is mutual TLS with cellstore/pki's
 // configurations replicates commits.
 func TestNodesOverMutualTLS(t *testing.T) {
-	dir := t.TempDir()
-	now := time.Now()
-	ca, err := pki.NewCA("test-cell", 24*time.Hour, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pki.WriteCA(dir, ca); err != nil {
-		t.Fatal(err)
-	}
+	dir, ca, now := newTestCA(t)
 	members := map[uint64]string{}
 	for id := uint64(1); id <= 3; id++ {
 		members[id] = freeAddr(t)
