@@ -18,6 +18,10 @@
 //     authentication (RBAC) stays off, as it is unless enabled.
 //   - etcd-insecure: plaintext.
 //
+// Both etcd variants serve gRPC alone on their client ports, HTTP on
+// ports of its own (--listen-client-http-urls), as etcd recommends: a
+// shared TLS port would put gRPC behind net/http's HTTP/2 server.
+//
 // It prints one JSON line per system and workload, plus a ratio line
 // (troupe over etcd: the secure pair) per workload:
 //

@@ -46,8 +46,9 @@ type etcdCluster struct {
 // port of their own (--listen-client-http-urls), as etcd recommends for
 // production (it warns "Running http and grpc server on single port"):
 // on a shared TLS port etcd serves gRPC through net/http's HTTP/2 server
-// (grpc.Server.ServeHTTP), which cost the secure cluster about a fifth of
-// its throughput here (etcd-io/etcd#15402).
+// (grpc.Server.ServeHTTP, etcd-io/etcd#15402), which cost the secure
+// cluster 15-17% of its throughput on cas and place on the 2-core
+// development machine.
 func startEtcdCluster(ctx context.Context, dir string, n int, secure bool) (*etcdCluster, error) {
 	ports, err := freePorts(3 * n)
 	if err != nil {
