@@ -434,19 +434,7 @@ func (t *test) outage(ctx context.Context) (int, string, error) {
 		return 0, "", err
 	}
 	stopped := time.Since(t0)
-	job := `apiVersion: troupe/v1
-kind: Job
-metadata: {name: during-outage, namespace: default}
-spec:
-  type: JOB_TYPE_BATCH
-  count: 10
-  template:
-    command: /bin/true
-    requests: {cpu: 100, memory: 16777216}
-    simDuration: 2s
-  constraints:
-    matchLabels: {hollow: "true"}
-`
+	job := hollowJob("during-outage", 10, "2s")
 	p, err := writeFile(t.dir, "during-outage.yaml", job)
 	if err != nil {
 		return 0, "", err
@@ -672,19 +660,7 @@ spec:
   constraints:
     matchLabels: {runtime: exec}
 ---
-apiVersion: troupe/v1
-kind: Job
-metadata: {name: after-upgrade-hollow, namespace: default}
-spec:
-  type: JOB_TYPE_BATCH
-  count: 20
-  template:
-    command: /bin/true
-    requests: {cpu: 100, memory: 16777216}
-    simDuration: 1s
-  constraints:
-    matchLabels: {hollow: "true"}
-`
+` + hollowJob("after-upgrade-hollow", 20, "1s")
 	p, err := writeFile(t.dir, "after-upgrade.yaml", job)
 	if err != nil {
 		return "", err
@@ -782,4 +758,22 @@ func (t *test) printSummary(total time.Duration, err error) {
 		result = "FAIL"
 	}
 	fmt.Printf("total %v: %s\n", total.Round(time.Second), result)
+}
+
+// hollowJob is a manifest of a batch job of count tasks on the hollow
+// machines, each taking simDuration.
+func hollowJob(name string, count int, simDuration string) string {
+	return fmt.Sprintf(`apiVersion: troupe/v1
+kind: Job
+metadata: {name: %s, namespace: default}
+spec:
+  type: JOB_TYPE_BATCH
+  count: %d
+  template:
+    command: /bin/true
+    requests: {cpu: 100, memory: 16777216}
+    simDuration: %s
+  constraints:
+    matchLabels: {hollow: "true"}
+`, name, count, simDuration)
 }
