@@ -55,9 +55,11 @@ proto:
 		--go-grpc_out=. --go-grpc_opt=module=github.com/troupe-cluster/troupe \
 		proto/troupe/store/v1/*.proto proto/troupe/v1/*.proto
 
-# Store microbenchmarks and the troupe-only workloads.
+# Store microbenchmarks, the simulator against a store (timing-dependent
+# measures), and the troupe-only workloads.
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./cellstore/...
+	$(GO) test -run '^$$' -bench AgainstMemory -benchtime 3x ./tools/sim/storerun
 	DURATION=$(DURATION) $(BIN) bench -workloads=$(WORKLOADS)
 
 # The same workloads against Troupe and embedded etcd, one JSON line each.

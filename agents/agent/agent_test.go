@@ -49,7 +49,7 @@ func TestBatchJobOfRealProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, err := scheduler.New(lc.Client(), scheduler.Config{Name: "batch-0", Kind: profiles.Batch, Profile: prof, Modes: modes,
-		MaxAttempts: 3, Backoff: 50 * time.Millisecond, Now: time.Now, Logger: zap.NewNop()})
+		Policy: scheduler.Policy{MaxAttempts: 3, Backoff: 50 * time.Millisecond, RetryBase: 5 * time.Millisecond, RetryMax: 30 * time.Second}, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}

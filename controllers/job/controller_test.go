@@ -64,7 +64,7 @@ func (c *cell) addMachinesAndSchedulers() {
 			t.Fatal(err)
 		}
 		s, err := scheduler.New(c.lc.Client(), scheduler.Config{Name: kind + "-0", Kind: kind, Profile: prof, Modes: modes,
-			MaxAttempts: 3, Backoff: 50 * time.Millisecond, Now: time.Now, Logger: zap.NewNop()})
+			Policy: scheduler.Policy{MaxAttempts: 3, Backoff: 50 * time.Millisecond, RetryBase: 5 * time.Millisecond, RetryMax: 30 * time.Second}, Logger: zap.NewNop()})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -91,8 +91,8 @@ func TestAssumedCounterDoesNotHideRivals(t *testing.T) {
 	cl := cell.Client()
 	commits := &lateAssume{Store: cl, machine: "m0", rivalCPU: 500}
 	decided := make(chan Decision)
-	s, err := New(cl, Config{Name: "batch-0", Kind: profiles.Batch, Profile: prof, Modes: modes, MaxAttempts: 1, Backoff: time.Hour,
-		Commits: commits, Now: time.Now, Logger: zap.NewNop(), Observe: func(d Decision) {
+	s, err := New(cl, Config{Name: "batch-0", Kind: profiles.Batch, Profile: prof, Modes: modes, Policy: Policy{MaxAttempts: 1, Backoff: time.Hour, RetryBase: 5 * time.Millisecond, RetryMax: 30 * time.Second},
+		Commits: commits, Logger: zap.NewNop(), Observe: func(d Decision) {
 			select {
 			case decided <- d:
 			case <-ctx.Done():

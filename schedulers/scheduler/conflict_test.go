@@ -121,8 +121,7 @@ func TestConflictsRetryOnlyTheFailedUpToTheBound(t *testing.T) {
 	r := &rival{Store: cl}
 	d := &decisions{ctx: ctx, ch: make(chan scheduler.Decision), ack: make(chan struct{})}
 	const attempts = 3
-	s, err := scheduler.New(cl, scheduler.Config{Name: "batch-0", Kind: profiles.Batch, Profile: prof, Modes: modes, MaxAttempts: attempts,
-		Backoff: time.Hour, Commits: r, Observe: d.observe, Now: time.Now, Logger: zap.NewNop()})
+	s, err := scheduler.New(cl, scheduler.Config{Name: "batch-0", Kind: profiles.Batch, Profile: prof, Modes: modes, Policy: scheduler.Policy{MaxAttempts: attempts, Backoff: time.Hour, RetryBase: 5 * time.Millisecond, RetryMax: 30 * time.Second}, Commits: r, Observe: d.observe, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}

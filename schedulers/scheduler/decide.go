@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/troupe-cluster/troupe/clientlib"
+	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 	"github.com/troupe-cluster/troupe/schedulers/framework"
 )
 
@@ -17,57 +19,139 @@ import (
 // a conflict said the store holds.
 const refreshWait = time.Second
 
-// scheduleJob places the pending tasks of job: decide, commit, and on
-// conflicts refresh and retry only what failed, up to MaxAttempts.
+// scheduleJob places the pending tasks of job: decide, commit, and do
+// what the policy says of the outcome: retry what lost to conflicts once
+// the caches show what the conflicts reported, wait for room, back off,
+// or give the job up.
 func (s *Scheduler) scheduleJob(ctx context.Context, job string) {
-	for attempt := 1; attempt <= s.cfg.MaxAttempts; attempt++ {
+	for {
 		tasks := s.pendingTasks(job)
-		if len(tasks) == 0 {
-			s.queue.Forget(job)
-			s.mu.Lock()
-			delete(s.seen, job)
-			s.mu.Unlock()
+		rec := s.record(job)
+		switch s.cfg.Policy.Begin(&rec.st, len(tasks), len(tasks) == 0 || s.gangComplete(job, tasks)) {
+		case Done:
+			s.done(job)
 			return
-		}
-		if !s.gangComplete(job, tasks) {
+		case Hold:
 			return // the gang's other members are not there yet; their creation wakes the job
 		}
-		start := s.cfg.Now()
-		s.firstAttempt(job, tasks, start)
-		plan := framework.Schedule(s.cfg.Profile, s.snapshot(job), tasks)
-		if s.cfg.Modes.Txn == framework.AllOrNothing && len(plan.Failures) > 0 {
-			// A gang is placed whole or not at all.
-			s.stats.decided(start, s.cfg.Now(), len(tasks), 0, 0, len(tasks))
-			s.jobEvent(job, clientlib.EventWarning, "FailedScheduling", "gang of %d not placed: %d task(s) fit nowhere: %s",
-				len(tasks), len(plan.Failures), plan.Failures[0].Status)
-			s.queue.AddAfter(job, s.cfg.Backoff)
-			return
+		a, plan, res := s.decide(ctx, job, tasks, &rec.st)
+		switch a.Step {
+		case Retry:
+			s.awaitRefresh(ctx, res.Conflicted)
+			continue
+		case Done:
+			s.done(job)
+		case Wait:
+			s.mu.Lock()
+			rec.waiting = Shapes(failedTasks(plan))
+			s.mu.Unlock()
+			s.queue.AddAfter(job, a.Delay)
+		case BackOff:
+			s.queue.AddAfter(job, a.Delay)
+		case Abandon:
+			s.abandon(ctx, job, tasks, rec.st.Decisions())
+			s.done(job)
 		}
-		res, err := framework.CommitPlan(ctx, s.commits(), plan, s.cfg.Modes, s.cfg.Name, s.cfg.Now())
-		s.assume(res)
-		if err != nil {
-			if ctx.Err() == nil {
-				s.cfg.Logger.Warn("commit failed", zap.String("job", job), zap.Error(err))
-				s.queue.AddRateLimited(job)
-			}
-			return
-		}
-		s.stats.decided(start, s.cfg.Now(), len(tasks), len(res.Committed), len(res.Conflicted), len(plan.Failures))
-		s.recordOutcome(job, attempt, plan, res)
-		if s.cfg.Observe != nil {
-			s.cfg.Observe(Decision{Job: job, Attempt: attempt, Plan: plan, Result: res})
-		}
-		if len(plan.Failures) > 0 {
-			s.queue.AddAfter(job, s.cfg.Backoff)
-		}
-		if len(res.Conflicted) == 0 {
-			s.queue.Forget(job)
-			return
-		}
-		s.awaitRefresh(ctx, res.Conflicted)
+		return
 	}
-	s.queue.AddRateLimited(job) // still conflicting: back off
 }
+
+// record returns the instance's record of job, made if need be.
+func (s *Scheduler) record(job string) *jobRecord {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.jobs[job]
+	if r == nil {
+		r = &jobRecord{}
+		s.jobs[job] = r
+	}
+	r.waiting = nil // being decided about
+	return r
+}
+
+// done forgets job's record.
+func (s *Scheduler) done(job string) {
+	s.mu.Lock()
+	delete(s.jobs, job)
+	s.mu.Unlock()
+}
+
+// decide makes one decision about job's pending tasks and commits it,
+// and returns what the policy makes of the outcome, with the plan and
+// the commit's result (nil when nothing was committed).
+func (s *Scheduler) decide(ctx context.Context, job string, tasks []*framework.Task, st *JobState) (Action, *framework.Plan, *framework.Result) {
+	start := s.clock.Now()
+	attempt := st.attempt
+	if st.Decisions() == 1 {
+		s.stats.waited(tasks, start)
+	}
+	plan := framework.Schedule(s.cfg.Profile, s.snapshot(job), tasks)
+	if s.cfg.Modes.Txn == framework.AllOrNothing && len(plan.Failures) > 0 {
+		// A gang is placed whole or not at all.
+		s.stats.decided(start, s.clock.Now(), len(tasks), 0, 0, len(tasks))
+		s.jobEvent(job, clientlib.EventWarning, "FailedScheduling", "gang of %d not placed: %d task(s) fit nowhere: %s",
+			len(tasks), len(plan.Failures), plan.Failures[0].Status)
+		gang := &framework.Plan{Failures: make([]framework.Failure, len(tasks))}
+		for i, t := range tasks {
+			gang.Failures[i] = framework.Failure{Task: t, Status: plan.Failures[0].Status}
+		}
+		a := s.cfg.Policy.After(st, Outcome{Unfit: len(tasks)})
+		s.observe(Decision{Job: job, Attempt: attempt, Plan: gang, Result: &framework.Result{}, Action: a})
+		return a, gang, nil
+	}
+	res, err := framework.CommitPlan(ctx, s.commits(), plan, s.cfg.Modes, s.cfg.Name, s.clock.Now())
+	s.assume(res)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.cfg.Logger.Warn("commit failed", zap.String("job", job), zap.Error(err))
+		}
+		return s.cfg.Policy.After(st, Outcome{Err: err}), plan, nil
+	}
+	s.stats.decided(start, s.clock.Now(), len(tasks), len(res.Committed), len(res.Conflicted), len(plan.Failures))
+	a := s.cfg.Policy.After(st, Outcome{Placed: len(res.Committed), Conflicted: len(res.Conflicted), Unfit: len(plan.Failures)})
+	s.recordOutcome(job, attempt, plan, res)
+	s.observe(Decision{Job: job, Attempt: attempt, Plan: plan, Result: res, Action: a})
+	return a, plan, res
+}
+
+func (s *Scheduler) observe(d Decision) {
+	if s.cfg.Observe != nil {
+		s.cfg.Observe(d)
+	}
+}
+
+// failedTasks returns the tasks plan could not place.
+func failedTasks(plan *framework.Plan) []*framework.Task {
+	out := make([]*framework.Task, len(plan.Failures))
+	for i, f := range plan.Failures {
+		out[i] = f.Task
+	}
+	return out
+}
+
+// abandon gives job up after decisions decisions: its pending tasks are
+// stopped (a final phase, so no scheduler takes them again) on condition
+// that they are still as this instance read them, and the job gets an
+// Abandoned event. A task changed meanwhile queues the job again, and the
+// policy decides about it afresh.
+func (s *Scheduler) abandon(ctx context.Context, job string, tasks []*framework.Task, decisions int) {
+	reason := fmt.Sprintf("abandoned by %s after %d decisions", s.cfg.Name, decisions)
+	for lo := 0; lo < len(tasks); lo += abandonPerRequest {
+		tx := clientlib.NewTxn(s.c)
+		for _, t := range tasks[lo:min(lo+abandonPerRequest, len(tasks))] {
+			u := proto.Clone(t.Task).(*troupev1.Task)
+			u.Status = &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_STOPPED, Reason: reason}
+			clientlib.PutObject(tx.Group(), clientlib.Tasks, u)
+		}
+		if _, err := tx.Commit(ctx); err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Warn("abandon failed", zap.String("job", job), zap.Error(err))
+		}
+	}
+	s.jobEvent(job, clientlib.EventWarning, "Abandoned", "%d pending task(s) stopped: %s", len(tasks), reason)
+}
+
+// abandonPerRequest bounds the tasks one abandoning request stops.
+const abandonPerRequest = 500
 
 // commits is where placements are committed.
 func (s *Scheduler) commits() clientlib.Store {
@@ -134,18 +218,6 @@ func (s *Scheduler) gangComplete(job string, pending []*framework.Task) bool {
 		}
 	}
 	return int32(members) >= min
-}
-
-// firstAttempt records the wait of a job's tasks the first time the
-// instance attempts them.
-func (s *Scheduler) firstAttempt(job string, tasks []*framework.Task, now time.Time) {
-	s.mu.Lock()
-	first := !s.seen[job]
-	s.seen[job] = true
-	s.mu.Unlock()
-	if first {
-		s.stats.waited(tasks, now)
-	}
 }
 
 // pendingTasks returns the job's unbound tasks this instance serves, in
@@ -237,17 +309,14 @@ func (s *Scheduler) running(machine string) []*framework.Running {
 // awaitRefresh waits until the caches hold the versions the conflicts
 // reported (or refreshWait passes), so the retry decides on fresh state.
 func (s *Scheduler) awaitRefresh(ctx context.Context, conflicts []framework.Conflicted) {
-	deadline := time.NewTimer(refreshWait)
-	defer deadline.Stop()
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
+	deadline := s.clock.After(refreshWait)
 	for !s.refreshed(conflicts) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-deadline.C:
+		case <-deadline:
 			return
-		case <-tick.C:
+		case <-s.changed:
 		}
 	}
 }

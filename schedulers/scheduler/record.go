@@ -22,7 +22,7 @@ func (s *Scheduler) publish(ctx context.Context, interval time.Duration) {
 	for {
 		st := s.Stats()
 		next := &troupev1.SchedulerInfo{Metadata: &troupev1.ObjectMeta{Name: s.cfg.Name}, Kind: s.cfg.Kind,
-			Heartbeat: timestamppb.New(s.cfg.Now()),
+			Heartbeat: timestamppb.New(s.clock.Now()),
 			Counters: &troupev1.SchedulerCounters{Attempts: st.Attempts, Conflicts: st.Conflicts, Placements: st.Placements,
 				Unschedulable: st.Unschedulable, Busyness: st.Busyness}}
 		var err error

@@ -1,9 +1,11 @@
 // Package scheduler runs one scheduler instance in a cell, Omega style:
 // it keeps its view of the cell in caches fed by watch, takes the pending
 // tasks of the jobs it serves, decides with its framework profile, and
-// commits one request per job straight to the store. Conflicting
-// placements are refreshed and retried, a bounded number of times; tasks
-// that fit nowhere wait and are tried again when the cell changes.
+// commits one request per job straight to the store. What happens to a
+// job after each decision (retry, wait, back off, abandon) is the Policy,
+// which the simulator runs too: conflicting placements are refreshed and
+// retried, a bounded number of times; tasks that fit nowhere wait, and
+// are tried again when a change in the cell makes room for them.
 //
 //	caches (machines, tasks, counters) ──► job queue ──► decide ──► commit
 //	        ▲                                              │ conflicts
@@ -40,12 +42,8 @@ type Config struct {
 	Partition, Partitions int
 	Profile               framework.Profile
 	Modes                 framework.Modes
-	// MaxAttempts bounds the commits of one job's decision round before it
-	// backs off.
-	MaxAttempts int
-	// Backoff is the wait before pending tasks that fit nowhere are tried
-	// again (a change in the cell also wakes them).
-	Backoff time.Duration
+	// Policy decides what happens to a job after each decision.
+	Policy Policy
 	// PublishInterval is how often the /schedulers/<name> record is
 	// written (0: never).
 	PublishInterval time.Duration
@@ -63,8 +61,10 @@ type Config struct {
 	// the instance's goroutine, with what was decided and what happened
 	// (for traces and tests).
 	Observe func(Decision)
-	Now     func() time.Time
-	Logger  *zap.Logger
+	// Clock is the instance's time (nil: the wall clock); a test or a
+	// virtual-time driver injects its own.
+	Clock  cache.Clock
+	Logger *zap.Logger
 }
 
 // Validate checks the configuration.
@@ -76,11 +76,9 @@ func (c Config) Validate() error {
 	if c.Partitions > 1 && (c.Partition < 0 || c.Partition >= c.Partitions) {
 		errs = append(errs, fmt.Errorf("scheduler: Partition %d outside [0, %d)", c.Partition, c.Partitions))
 	}
-	if c.MaxAttempts <= 0 || c.Backoff <= 0 {
-		errs = append(errs, errors.New("scheduler: MaxAttempts and Backoff must be positive"))
-	}
-	if c.Now == nil || c.Logger == nil {
-		errs = append(errs, errors.New("scheduler: Now and Logger are required"))
+	errs = append(errs, c.Policy.Validate())
+	if c.Logger == nil {
+		errs = append(errs, errors.New("scheduler: Logger is required"))
 	}
 	return errors.Join(errs...)
 }
@@ -96,22 +94,33 @@ type Scheduler struct {
 	view     *MachineView                    // = cache.view
 	queue    *cache.WorkQueue
 	stats    *Stats
-	// wake asks the waker to queue every pending job (capacity may have
-	// appeared); bursts of signals coalesce into one pass.
-	wake chan struct{}
+	clock    cache.Clock
+	// changed is signalled (without blocking) whenever the caches apply
+	// a change, for a retry waiting to see what a conflict reported.
+	changed chan struct{}
 
 	mu      sync.Mutex
 	assumed map[string]map[string]assumed // by job and task key: placements the cache may not show yet
-	seen    map[string]bool               // jobs with pending tasks already attempted
+	jobs    map[string]*jobRecord         // jobs decided about, until they are done
+}
+
+// jobRecord is what the instance keeps of a job between decisions: the
+// policy's state and, while the job waits for room, the shapes of its
+// tasks that fit nowhere.
+type jobRecord struct {
+	st      JobState
+	waiting []framework.Room
 }
 
 // Decision is one commit of a job's plan: the attempt (from 1 in a
-// decision round), the plan, and the commit's result.
+// decision round), the plan, the commit's result, and what the policy
+// made of it.
 type Decision struct {
 	Job     string
 	Attempt int
 	Plan    *framework.Plan
 	Result  *framework.Result
+	Action  Action
 }
 
 // assumed is a placement this instance committed: the task's version it
@@ -126,13 +135,18 @@ func New(c *clientlib.Client, cfg Config) (*Scheduler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = cache.RealClock
+	}
 	cc, own := cfg.Cache, cfg.Cache == nil
 	if own {
 		cc = NewCellCache(c, cfg.Logger)
 	}
+	qc := cache.DefaultQueueConfig()
+	qc.Clock = cfg.Clock
 	s := &Scheduler{cfg: cfg, c: c, cache: cc, ownCache: own, tasks: cc.tasks, view: cc.view,
-		queue: cache.NewWorkQueue(cache.DefaultQueueConfig()), stats: newStats(cfg.Now()),
-		wake: make(chan struct{}, 1), assumed: map[string]map[string]assumed{}, seen: map[string]bool{}}
+		queue: cache.NewWorkQueue(qc), stats: newStats(cfg.Clock.Now()), clock: cfg.Clock,
+		changed: make(chan struct{}, 1), assumed: map[string]map[string]assumed{}, jobs: map[string]*jobRecord{}}
 	// What the shared caches skip as unreadable they log once; each
 	// instance records it, as separate processes would.
 	cc.tasks.AddHandler(cache.Handler[*troupev1.Task]{
@@ -140,25 +154,34 @@ func New(c *clientlib.Client, cfg Config) (*Scheduler, error) {
 		OnUpdate:     func(key string, _, t *troupev1.Task) { s.taskChanged(key, t) },
 		OnUnreadable: cfg.Events.RecordUnreadable,
 	})
+	machineChanged := func(m *troupev1.Machine) { s.roomChanged(m.GetMetadata().GetName()) }
 	cc.machines.AddHandler(cache.Handler[*troupev1.Machine]{
-		OnAdd:        func(string, *troupev1.Machine) { s.wakeAll() },
-		OnUpdate:     func(string, *troupev1.Machine, *troupev1.Machine) { s.wakeAll() },
+		OnAdd:        func(_ string, m *troupev1.Machine) { machineChanged(m) },
+		OnUpdate:     func(_ string, _, m *troupev1.Machine) { machineChanged(m) },
 		OnUnreadable: cfg.Events.RecordUnreadable,
 	})
+	released := func(key string) {
+		if machine, _, ok := allocOf(key); ok {
+			s.roomChanged(machine)
+		}
+	}
 	cc.counters.AddHandler(cache.Handler[*troupev1.Counter]{
-		OnUpdate: func(_ string, old, cur *troupev1.Counter) {
+		OnUpdate: func(key string, old, cur *troupev1.Counter) {
 			if cur.GetValue() < old.GetValue() {
-				s.wakeAll() // capacity was released
+				released(key)
+			} else {
+				s.signalChanged()
 			}
 		},
-		OnDelete:     func(string, *troupev1.Counter) { s.wakeAll() },
+		OnAdd:        func(string, *troupev1.Counter) { s.signalChanged() },
+		OnDelete:     func(key string, _ *troupev1.Counter) { released(key) },
 		OnUnreadable: cfg.Events.RecordUnreadable,
 	})
 	return s, nil
 }
 
 // Stats returns the instance's counters so far.
-func (s *Scheduler) Stats() Snapshot { return s.stats.snapshot(s.cfg.Now()) }
+func (s *Scheduler) Stats() Snapshot { return s.stats.snapshot(s.clock.Now()) }
 
 // WaitForSync waits until the instance's cache is filled, or ctx ends.
 func (s *Scheduler) WaitForSync(ctx context.Context) error { return s.cache.WaitForSync(ctx) }
@@ -174,7 +197,6 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		return err
 	}
 	s.wakePending()
-	go s.waker(ctx)
 	if s.cfg.PublishInterval > 0 {
 		go s.publish(ctx, s.cfg.PublishInterval)
 	}
@@ -220,6 +242,15 @@ func (s *Scheduler) taskChanged(key string, t *troupev1.Task) {
 	if clientlib.Pending(t) && s.serves(t) {
 		s.queue.Add(jobOf(t))
 	}
+	s.signalChanged()
+}
+
+// signalChanged tells a retry waiting for the caches that they changed.
+func (s *Scheduler) signalChanged() {
+	select {
+	case s.changed <- struct{}{}:
+	default: // a signal is already due
+	}
 }
 
 // forget drops an assumed placement; s.mu is held.
@@ -230,24 +261,19 @@ func (s *Scheduler) forget(job, key string) {
 	}
 }
 
-// wakeAll asks for every pending job to be queued again, without waiting.
-func (s *Scheduler) wakeAll() {
-	select {
-	case s.wake <- struct{}{}:
-	default: // a pass is already due
-	}
-}
-
-// waker runs the passes wakeAll asks for until ctx ends.
-func (s *Scheduler) waker(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.wake:
-			s.wakePending()
+// roomChanged queues the waiting jobs that machine's change could make
+// room for (Wakes), ahead of their back-off.
+func (s *Scheduler) roomChanged(machine string) {
+	m := s.view.Machine(machine)
+	s.mu.Lock()
+	for job, r := range s.jobs {
+		if r.waiting != nil && Wakes(r.waiting, m) {
+			r.waiting = nil
+			s.queue.Add(job)
 		}
 	}
+	s.mu.Unlock()
+	s.signalChanged()
 }
 
 // wakePending queues every job with pending tasks this instance serves.

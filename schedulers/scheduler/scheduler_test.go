@@ -49,8 +49,8 @@ func TestCompetingBatchSchedulers(t *testing.T) {
 		}
 		go events.Run(ctx)
 		s, err := scheduler.New(cell.Client(), scheduler.Config{Name: "batch-" + strconv.Itoa(i), Kind: profiles.Batch,
-			Profile: prof, Modes: modes, MaxAttempts: 5, Backoff: 50 * time.Millisecond, PublishInterval: 20 * time.Millisecond,
-			Events: events, Now: time.Now, Logger: zap.NewNop()})
+			Profile: prof, Modes: modes, Policy: scheduler.DefaultPolicy(50 * time.Millisecond), PublishInterval: 20 * time.Millisecond,
+			Events: events, Logger: zap.NewNop()})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -69,7 +69,7 @@ func TestSkipsUnreadableObjects(t *testing.T) {
 	}
 	go events.Run(ctx)
 	s, err := scheduler.New(cell.ClientLogging(log), scheduler.Config{Name: "batch-0", Kind: profiles.Batch, Profile: prof, Modes: modes,
-		MaxAttempts: 3, Backoff: 20 * time.Millisecond, Events: events, Now: time.Now, Logger: log})
+		Policy: scheduler.Policy{MaxAttempts: 3, Backoff: 20 * time.Millisecond, RetryBase: 5 * time.Millisecond, RetryMax: 30 * time.Second}, Events: events, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -116,7 +116,7 @@ func (v *MachineView) DeleteCounter(key string) {
 // updateCounter applies change to copies of the counter maps of key's
 // machine (published machines share the old ones) and republishes it.
 func (v *MachineView) updateCounter(key string, change func(e *viewEntry, resource string)) {
-	machine, resource, ok := strings.Cut(strings.TrimPrefix(key, clientlib.AllocPrefix), "/")
+	machine, resource, ok := allocOf(key)
 	if !ok {
 		return
 	}
@@ -126,6 +126,12 @@ func (v *MachineView) updateCounter(key string, change func(e *viewEntry, resour
 	e.alloc, e.versions = maps.Clone(e.alloc), maps.Clone(e.versions)
 	change(e, resource)
 	v.publish(machine)
+}
+
+// allocOf splits the key of a machine counter into the machine and the
+// resource.
+func allocOf(key string) (machine, resource string, ok bool) {
+	return strings.Cut(strings.TrimPrefix(key, clientlib.AllocPrefix), "/")
 }
 
 // publish rebuilds the decision view of machine name from its entry.

@@ -144,8 +144,8 @@ func RunSchedule(ctx context.Context, cfg ScheduleConfig) (ScheduleResult, error
 		}
 		defer cl.Close()
 		s, err := scheduler.New(cl, scheduler.Config{Name: "batch-" + strconv.Itoa(i), Kind: profiles.Batch,
-			Partition: i, Partitions: cfg.Schedulers, Profile: prof, Modes: modes, MaxAttempts: 5,
-			Backoff: 100 * time.Millisecond, Cache: cellCache, Now: time.Now, Logger: cfg.Logger})
+			Partition: i, Partitions: cfg.Schedulers, Profile: prof, Modes: modes, Policy: scheduler.DefaultPolicy(100 * time.Millisecond),
+			Cache: cellCache, Logger: cfg.Logger})
 		if err != nil {
 			return res, err
 		}

@@ -142,8 +142,8 @@ func (r *Roles) StartSchedulers(specs []SchedulerSpec, backoff time.Duration) er
 			return err
 		}
 		s, err := scheduler.New(cl, scheduler.Config{Name: spec.Name, Kind: spec.Kind, Partition: spec.Partition, Partitions: spec.Partitions,
-			Profile: prof, Modes: modes, MaxAttempts: 5, Backoff: backoff, PublishInterval: 5 * time.Second, Cache: cellCache,
-			Events: events, Now: time.Now, Logger: r.log.With(zap.String("scheduler", spec.Name))})
+			Profile: prof, Modes: modes, Policy: scheduler.DefaultPolicy(backoff), PublishInterval: 5 * time.Second, Cache: cellCache,
+			Events: events, Logger: r.log.With(zap.String("scheduler", spec.Name))})
 		if err != nil {
 			return err
 		}

@@ -6,7 +6,10 @@
 // its queue, reads its snapshot of the cell when the decision starts,
 // spends a modelled decision time (framework.DecisionTime), and commits
 // when it ends, against the cell as it is then: parallel schedulers
-// conflict exactly as they would in a cell, and the losers retry.
+// conflict exactly as they would in a cell, and the losers retry. What
+// happens to a job after each decision is the production loop's
+// scheduler.Policy; the simulator plugs in only virtual time and a view
+// that the store updates as it commits, so a retry needs no refresh.
 //
 //	arrivals ──► queues ──► decide (snapshot at start) ──► commit (at start + t_decision)
 //	                 ▲                                          │ conflicts, no fit
@@ -67,12 +70,9 @@ type SchedulerConfig struct {
 type Config struct {
 	Machines   []workload.Machine
 	Schedulers []SchedulerConfig
-	// MaxAttempts bounds the decisions about one job before it is
-	// abandoned (Omega: 1000).
-	MaxAttempts int
-	// Backoff is how long a job whose tasks fit nowhere waits before it
-	// is tried again (it also wakes when tasks end).
-	Backoff time.Duration
+	// Policy is what the schedulers do with a job after each decision,
+	// as in the cell.
+	Policy scheduler.Policy
 	// Horizon ends the run (0: when the workload and the tasks are done).
 	Horizon time.Duration
 	Seed    uint64
@@ -89,8 +89,8 @@ func (c Config) Validate() error {
 	if len(c.Schedulers) == 0 {
 		errs = append(errs, errors.New("sim: no schedulers"))
 	}
-	if c.MaxAttempts <= 0 || c.Backoff <= 0 {
-		errs = append(errs, errors.New("sim: MaxAttempts and Backoff must be positive"))
+	if err := c.Policy.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("sim: %w", err))
 	}
 	if c.Failures != nil {
 		errs = append(errs, c.Failures.validate())
@@ -160,13 +160,13 @@ type jobState struct {
 	on      map[string]int
 	// runs counts each task's placements, so that the end of a run that
 	// was preempted is told apart from the end of the current one.
-	runs     []int
-	sched    *simScheduler
-	attempts int
-	queued   bool          // in its scheduler's queue
-	waiting  bool          // fits nowhere; tried again after Backoff or when capacity is released
-	first    time.Duration // first decision started (-1: none yet)
-	done     bool          // every task placed, or abandoned
+	runs    []int
+	sched   *simScheduler
+	policy  scheduler.JobState
+	queued  bool          // in its scheduler's queue
+	waiting bool          // fits nowhere; tried again after its back-off or when capacity is released
+	first   time.Duration // first decision started (-1: none yet)
+	done    bool          // every task placed, or abandoned
 }
 
 // New returns a simulator of cfg.
@@ -439,7 +439,7 @@ func (s *Simulator) decide(sc *simScheduler) {
 	sc.queue = sc.queue[1:]
 	js.queued = false
 	pending := js.pending()
-	if len(pending) == 0 {
+	if s.cfg.Policy.Begin(&js.policy, len(pending), true) != scheduler.Decide {
 		s.decide(sc)
 		return
 	}
@@ -447,7 +447,6 @@ func (s *Simulator) decide(sc *simScheduler) {
 		js.first = s.now
 		s.stats.waited(sc.index, s.now-js.job.Submit)
 	}
-	js.attempts++
 	sc.busy = true
 	s.view.Refill(&s.snap, js.on, js.key)
 	plan := framework.Schedule(sc.profile, &s.snap, pending)
@@ -471,20 +470,24 @@ func (s *Simulator) finishDecision(sc *simScheduler, js *jobState, plan *framewo
 	for _, p := range res.Committed {
 		s.placed(js, p, res)
 	}
-	switch {
-	case len(js.unbound) == 0:
-		js.done = true
-	case js.attempts >= s.cfg.MaxAttempts:
+	a := s.cfg.Policy.After(&js.policy, scheduler.Outcome{Placed: len(res.Committed), Conflicted: len(res.Conflicted), Unfit: len(plan.Failures)})
+	switch a.Step {
+	case scheduler.Done:
+		js.done = len(js.unbound) == 0 // unless it preempted tasks of its own
+	case scheduler.Abandon:
 		js.done = true
 		s.stats.abandoned(sc.index)
-	case len(res.Conflicted) > 0:
-		// Conflicts are retried at once, ahead of the queue (Omega).
+	case scheduler.Retry:
+		// Decided again at once, ahead of the queue, on the view the
+		// commit has already updated.
 		sc.queue = append([]*jobState{js}, sc.queue...)
 		js.queued = true
-	default:
+	case scheduler.BackOff:
+		s.at(s.now+a.Delay, func() { s.enqueue(js) })
+	case scheduler.Wait:
 		js.waiting = true
 		s.waiting = append(s.waiting, js)
-		s.at(s.now+s.cfg.Backoff, func() {
+		s.at(s.now+a.Delay, func() {
 			if js.waiting {
 				s.enqueue(js)
 			}
@@ -592,7 +595,7 @@ func (s *Simulator) wake(m *framework.Machine) {
 		if !w.waiting {
 			continue // queued since
 		}
-		if m != nil && w.fitsFree(m) {
+		if scheduler.Wakes(w.waitingFor(), m) {
 			s.enqueue(w)
 			continue
 		}
@@ -673,24 +676,13 @@ func (js *jobState) ftask(i int32) *framework.Task {
 	return js.ftasks[i]
 }
 
-// fitsFree reports whether one of the job's pending tasks fits m's free
-// room.
-func (js *jobState) fitsFree(m *framework.Machine) bool {
+// waitingFor returns the shapes of the job's pending tasks, of which a
+// machine must fit one to wake the job (scheduler.Wakes).
+func (js *jobState) waitingFor() []framework.Room {
 	if js.shapes == nil {
-		js.shapes = []framework.Room{}
-		for _, i := range js.unbound {
-			if t := js.job.Tasks[i]; !slices.Contains(js.shapes, framework.Room{CPU: t.CPU, Memory: t.Memory}) {
-				js.shapes = append(js.shapes, framework.Room{CPU: t.CPU, Memory: t.Memory})
-			}
-		}
+		js.shapes = scheduler.Shapes(js.pending())
 	}
-	free := framework.RoomOf(m)
-	for _, r := range js.shapes {
-		if r.CPU <= free.CPU && r.Memory <= free.Memory {
-			return true
-		}
-	}
-	return false
+	return js.shapes
 }
 
 // pending returns the job's unbound tasks, for scheduling.

@@ -10,6 +10,7 @@ import (
 	"github.com/troupe-cluster/troupe/clientlib"
 	"github.com/troupe-cluster/troupe/schedulers/framework"
 	"github.com/troupe-cluster/troupe/schedulers/profiles"
+	"github.com/troupe-cluster/troupe/schedulers/scheduler"
 	"github.com/troupe-cluster/troupe/tools/sim/workload"
 )
 
@@ -40,7 +41,7 @@ func testWorkload(seed uint64, jobs int) []workload.Job {
 }
 
 func testConfig(batch int, conflict framework.ConflictMode) Config {
-	cfg := Config{MaxAttempts: 100, Backoff: 5 * time.Second, Seed: 7}
+	cfg := Config{Policy: scheduler.Policy{MaxAttempts: 5, Backoff: 5 * time.Second, RetryBase: 5 * time.Millisecond, RetryMax: 30 * time.Second, AbandonAfter: 100}, Seed: 7}
 	for i := range 20 {
 		cfg.Machines = append(cfg.Machines, workload.Machine{Name: fmt.Sprintf("m%02d", i), CPU: 8000, Memory: 32 << 30,
 			Labels: map[string]string{"zone": fmt.Sprintf("z%d", i%2)}})

@@ -29,6 +29,7 @@ import (
 
 	"github.com/troupe-cluster/troupe/schedulers/framework"
 	"github.com/troupe-cluster/troupe/schedulers/profiles"
+	"github.com/troupe-cluster/troupe/schedulers/scheduler"
 	"github.com/troupe-cluster/troupe/tools/sim"
 	"github.com/troupe-cluster/troupe/tools/sim/workload"
 )
@@ -71,9 +72,13 @@ type Params struct {
 	// BatchRate multiplies the batch jobs' arrival rate
 	// (workload.ScaleArrivals); the horizon is divided by it, so the
 	// batch jobs span the whole run.
-	BatchRate   float64
-	MaxAttempts int
-	Backoff     time.Duration
+	BatchRate float64
+	// MaxAttempts, Backoff and AbandonAfter are the schedulers' policy
+	// (scheduler.Policy): decisions retried at once after conflicts
+	// before a job backs off, the wait of a job that fits nowhere, and
+	// decisions before a job is abandoned.
+	MaxAttempts, AbandonAfter int
+	Backoff                   time.Duration
 	// Horizon ends each run, in the workload's time (0: when every task
 	// has ended).
 	Horizon time.Duration
@@ -84,11 +89,13 @@ type Params struct {
 
 // DefaultParams are one batch and one service scheduler with the Omega
 // paper's decision times, the profiles' own commit modes, the workload's
-// own rates, 1000 attempts per job and a 10 s back-off.
+// own rates, and the cell's policy (scheduler.DefaultPolicy) with a
+// 10 s back-off, except that a job is abandoned after 1,000 decisions
+// (Omega).
 func DefaultParams() Params {
 	return Params{Batch: 1, Service: 1, BatchProfile: profiles.Batch, ServiceProfile: profiles.Service,
 		BatchDecision: framework.DefaultDecisionTime, ServiceDecision: framework.DefaultDecisionTime,
-		BatchRate: 1, MaxAttempts: 1000, Backoff: 10 * time.Second}
+		BatchRate: 1, MaxAttempts: scheduler.DefaultPolicy(0).MaxAttempts, AbandonAfter: 1000, Backoff: 10 * time.Second}
 }
 
 // Validate says what is wrong with p.
@@ -98,8 +105,8 @@ func (p Params) Validate() error {
 		return fmt.Errorf("%d batch and %d service schedulers: need at least one, none negative", p.Batch, p.Service)
 	case !(p.BatchRate > 0):
 		return fmt.Errorf("batch arrival rate factor %v: must be positive", p.BatchRate)
-	case p.MaxAttempts <= 0 || p.Backoff <= 0:
-		return fmt.Errorf("max attempts %d and back-off %v must be positive", p.MaxAttempts, p.Backoff)
+	case p.MaxAttempts <= 0 || p.Backoff <= 0 || p.AbandonAfter < 0:
+		return fmt.Errorf("max attempts %d and back-off %v must be positive, abandon-after %d not negative", p.MaxAttempts, p.Backoff, p.AbandonAfter)
 	case p.Horizon < 0:
 		return fmt.Errorf("horizon %v is negative", p.Horizon)
 	}
@@ -133,10 +140,17 @@ func (p Params) modes(kind string) (*framework.Modes, error) {
 	return &modes, nil
 }
 
+// policy is the schedulers' policy.
+func (p Params) policy() scheduler.Policy {
+	pol := scheduler.DefaultPolicy(p.Backoff)
+	pol.MaxAttempts, pol.AbandonAfter = p.MaxAttempts, p.AbandonAfter
+	return pol
+}
+
 // Config is the simulation of p on cell with seed. The schedulers are
 // named batch-<i> and service-<i>.
 func (p Params) Config(cell []workload.Machine, seed uint64) (sim.Config, error) {
-	cfg := sim.Config{Machines: cell, MaxAttempts: p.MaxAttempts, Backoff: p.Backoff, Seed: seed,
+	cfg := sim.Config{Machines: cell, Policy: p.policy(), Seed: seed,
 		Horizon: time.Duration(float64(p.Horizon) / p.BatchRate)}
 	if p.MTBF > 0 {
 		cfg.Failures = &sim.Failures{MTBF: p.MTBF, Repair: workload.Dist{Dist: "exponential", Mean: p.Repair.Seconds()}}

@@ -84,8 +84,8 @@ func (in *instance) observe(d scheduler.Decision) {
 
 // decided records decision d of scheduler i, from start to end: the
 // workload job's wait (its first decision), the decision's time and
-// outcome, the tasks it preempted; a Job still not placed after
-// MaxAttempts decisions is abandoned.
+// outcome, the tasks it preempted, and the workload job's abandoning
+// (the scheduler's policy gives its Job up and stops its pending tasks).
 func (r *run) decided(i int, d scheduler.Decision, start, end time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -94,19 +94,14 @@ func (r *run) decided(i int, d scheduler.Decision, start, end time.Time) {
 		js.of.decided = true
 		r.rec.Waited(i, r.virtual(start)-js.of.submit)
 	}
-	js.decisions++
 	r.rec.Decided(i, r.virtual(start), r.virtual(end), len(d.Result.Committed), len(d.Result.Conflicted), len(d.Plan.Failures))
 	for _, p := range d.Result.Committed {
 		for _, v := range p.Victims {
 			r.rec.Preempted(r.jobs[v.Job].sched)
 		}
 	}
-	if left := len(d.Plan.Failures) + len(d.Result.Conflicted); left > 0 && js.decisions >= r.cfg.MaxAttempts && !js.abandoned {
-		js.abandoned = true
-		if !js.of.abandoned {
-			js.of.abandoned = true
-			r.rec.Abandoned(i)
-		}
-		r.goRun(func(ctx context.Context) error { return r.abandon(ctx, d.Job) })
+	if d.Action.Step == scheduler.Abandon && !js.of.abandoned {
+		js.of.abandoned = true
+		r.rec.Abandoned(i)
 	}
 }

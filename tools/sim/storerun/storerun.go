@@ -155,10 +155,8 @@ type submission struct {
 
 // jobState is what the run follows of a Job.
 type jobState struct {
-	sched     int
-	of        *submission
-	decisions int
-	abandoned bool
+	sched int
+	of    *submission
 }
 
 func newRun(o Options, cfg sim.Config, endpoints []string) *run {
@@ -397,9 +395,18 @@ func (r *run) newInstance(i int, sc sim.SchedulerConfig, cellCache *scheduler.Ce
 	}
 	in := &instance{r: r, index: i, decision: sc.Decision, Store: cl}
 	in.sched, err = scheduler.New(cl, scheduler.Config{Name: sc.Name, Kind: sc.Name, Profile: prof, Modes: modes,
-		MaxAttempts: r.cfg.MaxAttempts, Backoff: max(r.wall(r.cfg.Backoff), time.Millisecond), PublishInterval: publishInterval,
-		Cache: cellCache, Commits: in, Observe: in.observe, Now: time.Now, Logger: r.log.With(zap.String("scheduler", sc.Name))})
+		Policy: r.policy(), PublishInterval: publishInterval,
+		Cache: cellCache, Commits: in, Observe: in.observe, Logger: r.log.With(zap.String("scheduler", sc.Name))})
 	return in, err
+}
+
+// policy is the experiment's policy with its waits in wall time.
+func (r *run) policy() scheduler.Policy {
+	p := r.cfg.Policy
+	for _, d := range []*time.Duration{&p.Backoff, &p.RetryBase, &p.RetryMax} {
+		*d = max(r.wall(*d), time.Millisecond)
+	}
+	return p
 }
 
 // schedulerFor returns the scheduler that takes job, as the simulator

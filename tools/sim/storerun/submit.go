@@ -7,7 +7,6 @@ import (
 	"io"
 	"time"
 
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -20,9 +19,6 @@ const (
 	// perRequest bounds the tasks written in one request (the store takes
 	// 4,096 conditions and operations; a task's write is one of each).
 	perRequest = 1000
-	// maxWrites bounds the tries of a write that conflicts with a
-	// scheduler's.
-	maxWrites = 100
 	// never is a service task's retry back-off: the workload's services
 	// that end are not replaced, as in the simulator.
 	never = 100 * 365 * 24 * time.Hour
@@ -118,40 +114,4 @@ func byShape(tasks []workload.Task) [][]workload.Task {
 		out[k] = append(out[k], t)
 	}
 	return out
-}
-
-// abandon gives up job after MaxAttempts decisions, as the simulator
-// does: its pending tasks are stopped (a final phase, so its scheduler
-// lets them be), and the tasks it placed keep running. A task placed
-// meanwhile fails its write and is left alone when read again.
-func (r *run) abandon(ctx context.Context, job string) error {
-	for range maxWrites {
-		tasks, _, err := clientlib.List(ctx, r.c, clientlib.Tasks, job+"/")
-		if err != nil {
-			return err
-		}
-		var pending []*troupev1.Task
-		for _, t := range tasks {
-			if clientlib.Pending(t) {
-				u := proto.Clone(t).(*troupev1.Task)
-				u.Status = &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_STOPPED,
-					Reason: fmt.Sprintf("abandoned after %d decisions", r.cfg.MaxAttempts)}
-				pending = append(pending, u)
-			}
-		}
-		if len(pending) == 0 {
-			return nil
-		}
-		for lo := 0; lo < len(pending); lo += perRequest {
-			tx := clientlib.NewTxn(r.c)
-			g := tx.Group()
-			for _, t := range pending[lo:min(lo+perRequest, len(pending))] {
-				clientlib.PutObject(g, clientlib.Tasks, t)
-			}
-			if _, err := tx.Commit(ctx); err != nil {
-				return err
-			}
-		}
-	}
-	return fmt.Errorf("abandon job %s: tasks still pending after %d writes", job, maxWrites)
 }

@@ -1,0 +1,187 @@
+package scheduler
+
+import (
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/troupe-cluster/troupe/schedulers/framework"
+)
+
+// Policy is the scheduling loop's one policy: before each decision about
+// a job, whether to decide at all; after it, what happens to the job
+// next. The cell's instances (Scheduler) and the simulator (tools/sim)
+// both ask it and differ only in what they plug in around it: how time
+// passes (a wall clock and a work queue; virtual time and an event
+// queue) and how a retry sees fresh state (waiting for caches fed by
+// watch; a view the store updates as it commits). As Nomad's
+// scheduler.Process against its Planner, the policy itself reads no
+// clock and no store: it is a function of the job's history and the
+// outcome of the last decision.
+type Policy struct {
+	// MaxAttempts bounds the decisions of one round: a decision whose
+	// placements lost to concurrent commits is retried at once, and after
+	// MaxAttempts such decisions in a row the job backs off.
+	MaxAttempts int
+	// Backoff is how long a job some of whose tasks fit nowhere waits
+	// before it is tried again; a change in the cell that makes room for
+	// one of them (Wakes) tries it earlier.
+	Backoff time.Duration
+	// RetryBase and RetryMax shape the back-off of a job whose round ran
+	// out of attempts or whose commit failed: RetryBase doubled for each
+	// back-off since the job last committed without conflicts, at most
+	// RetryMax.
+	RetryBase, RetryMax time.Duration
+	// AbandonAfter gives up a job that is still not wholly placed after
+	// that many decisions about it (0: never). Omega's simulator gives
+	// up after 1,000.
+	AbandonAfter int
+}
+
+// DefaultPolicy returns five attempts per round, the given back-off for
+// tasks that fit nowhere, retries backing off from 5 ms to 30 s, and no
+// abandoning.
+func DefaultPolicy(backoff time.Duration) Policy {
+	return Policy{MaxAttempts: 5, Backoff: backoff, RetryBase: 5 * time.Millisecond, RetryMax: 30 * time.Second}
+}
+
+// Validate checks the policy.
+func (p Policy) Validate() error {
+	if p.MaxAttempts <= 0 || p.Backoff <= 0 || p.RetryBase <= 0 || p.RetryMax < p.RetryBase || p.AbandonAfter < 0 {
+		return errors.New("scheduler: policy needs positive MaxAttempts, Backoff and RetryBase, RetryMax >= RetryBase and AbandonAfter >= 0")
+	}
+	return nil
+}
+
+// JobState is what the policy remembers of one job between decisions.
+// Its zero value is a job never decided about.
+type JobState struct {
+	attempt   int // decisions in the current round
+	decisions int // decisions about the job in all
+	backoffs  int // back-offs since the job last committed without conflicts
+}
+
+// Decisions is how many decisions were made about the job.
+func (st *JobState) Decisions() int { return st.decisions }
+
+// Step is what to do with a job.
+type Step int
+
+const (
+	// Done: nothing of the job is left pending; forget it (a new pending
+	// task queues it again).
+	Done Step = iota
+	// Hold: a gang short of members; decide when they are created.
+	Hold
+	// Decide: decide about the job's pending tasks now.
+	Decide
+	// Retry: placements lost to conflicts; decide again at once, on a
+	// view that shows what the conflicts reported.
+	Retry
+	// Wait: some tasks fit nowhere; try again after Delay, or when a
+	// change in the cell makes room for one of them (Wakes).
+	Wait
+	// BackOff: conflicts persisted through a round, or the commit failed;
+	// try again after Delay.
+	BackOff
+	// Abandon: give the job up (Policy.AbandonAfter).
+	Abandon
+)
+
+var stepNames = [...]string{"done", "hold", "decide", "retry", "wait", "back-off", "abandon"}
+
+func (s Step) String() string { return stepNames[s] }
+
+// Action is a Step and, for Wait and BackOff, how long to wait.
+type Action struct {
+	Step  Step
+	Delay time.Duration
+}
+
+// Outcome is what became of one decision about a job: its placements
+// committed, lost to conflicts, and the tasks that fit nowhere (all of a
+// gang's tasks when it does not fit whole), or the commit's error.
+type Outcome struct {
+	Placed, Conflicted, Unfit int
+	Err                       error
+}
+
+// Begin is asked before a decision about a job with pending tasks, of
+// which the gang (if the job is one) is complete or not. It returns
+// Decide, Done or Hold.
+func (p Policy) Begin(st *JobState, pending int, gangComplete bool) Step {
+	switch {
+	case pending == 0:
+		*st = JobState{}
+		return Done
+	case !gangComplete:
+		return Hold
+	}
+	st.attempt++
+	st.decisions++
+	return Decide
+}
+
+// After is asked with the outcome of the decision Begin allowed.
+func (p Policy) After(st *JobState, o Outcome) Action {
+	if o.Err != nil {
+		return p.backOff(st)
+	}
+	if o.Conflicted == 0 {
+		st.backoffs = 0
+	}
+	switch {
+	case o.Conflicted+o.Unfit == 0:
+		st.attempt = 0
+		return Action{Step: Done}
+	case p.AbandonAfter > 0 && st.decisions >= p.AbandonAfter:
+		return Action{Step: Abandon}
+	case o.Conflicted > 0 && st.attempt < p.MaxAttempts:
+		return Action{Step: Retry}
+	case o.Conflicted > 0:
+		return p.backOff(st)
+	}
+	st.attempt = 0
+	return Action{Step: Wait, Delay: p.Backoff}
+}
+
+// backOff ends the round with an exponential back-off.
+func (p Policy) backOff(st *JobState) Action {
+	st.attempt = 0
+	d := p.RetryBase
+	for i := 0; i < st.backoffs && d < p.RetryMax; i++ {
+		d *= 2
+	}
+	st.backoffs++
+	return Action{Step: BackOff, Delay: min(d, p.RetryMax)}
+}
+
+// Shapes returns the distinct CPU and memory requests of tasks: what a
+// waiting job needs one of to make progress.
+func Shapes(tasks []*framework.Task) []framework.Room {
+	var out []framework.Room
+	for _, t := range tasks {
+		r := framework.Room{CPU: t.Requests[framework.CPU], Memory: t.Requests[framework.Memory]}
+		if !slices.Contains(out, r) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Wakes reports whether a change to machine m (tasks ending on it, or
+// the machine added, repaired or changed) should try a waiting job
+// whose pending tasks have shapes now rather than after its back-off:
+// m takes new tasks and one of the shapes fits its free room.
+func Wakes(shapes []framework.Room, m *framework.Machine) bool {
+	if m == nil || m.Unschedulable {
+		return false
+	}
+	free := framework.RoomOf(m)
+	for _, r := range shapes {
+		if r.CPU <= free.CPU && r.Memory <= free.Memory {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,111 @@
+package scheduler
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/troupe-cluster/troupe/schedulers/framework"
+)
+
+// A job's life under the policy, decision by decision: each step gives
+// the pending tasks and the outcome of the decision Begin allows, and the
+// action the policy must answer.
+func TestPolicy(t *testing.T) {
+	p := Policy{MaxAttempts: 3, Backoff: time.Second, RetryBase: 10 * time.Millisecond, RetryMax: 35 * time.Millisecond, AbandonAfter: 9}
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	conflict := Outcome{Placed: 1, Conflicted: 2}
+	steps := []struct {
+		name string
+		out  Outcome
+		want Action
+	}{
+		{"all placed", Outcome{Placed: 4}, Action{Step: Done}},
+		{"conflicts are retried", conflict, Action{Step: Retry}},
+		{"again", conflict, Action{Step: Retry}},
+		{"the round's third conflicted decision backs off", conflict, Action{Step: BackOff, Delay: 10 * time.Millisecond}},
+		{"a new round", conflict, Action{Step: Retry}},
+		{"a failed commit backs off longer", Outcome{Err: errors.New("unavailable")}, Action{Step: BackOff, Delay: 20 * time.Millisecond}},
+		{"tasks that fit nowhere wait", Outcome{Placed: 1, Unfit: 1}, Action{Step: Wait, Delay: time.Second}},
+		{"a conflict after waiting is retried", conflict, Action{Step: Retry}},
+		{"the ninth decision abandons", conflict, Action{Step: Abandon}},
+	}
+	var st JobState
+	for i, s := range steps {
+		if got := p.Begin(&st, 4, true); got != Decide {
+			t.Fatalf("step %d (%s): Begin = %v, want decide", i, s.name, got)
+		}
+		if got := p.After(&st, s.out); got != s.want {
+			t.Errorf("step %d (%s): After(%+v) = %+v, want %+v", i, s.name, s.out, got, s.want)
+		}
+	}
+	if st.Decisions() != len(steps) {
+		t.Errorf("%d decisions counted, want %d", st.Decisions(), len(steps))
+	}
+	if got := p.Begin(&st, 0, true); got != Done || st != (JobState{}) {
+		t.Errorf("no pending tasks: Begin = %v with state %+v, want done and a fresh state", got, st)
+	}
+	if got := p.Begin(&st, 2, false); got != Hold || st.Decisions() != 0 {
+		t.Errorf("an incomplete gang: Begin = %v after %d decisions, want hold and none", got, st.Decisions())
+	}
+}
+
+// Back-offs double up to RetryMax, however many there were.
+func TestPolicyBackOffCaps(t *testing.T) {
+	p := Policy{MaxAttempts: 1, Backoff: time.Second, RetryBase: time.Millisecond, RetryMax: time.Minute}
+	var st JobState
+	var last time.Duration
+	for i := range 200 {
+		p.Begin(&st, 1, true)
+		a := p.After(&st, Outcome{Conflicted: 1})
+		if a.Step != BackOff || a.Delay < last || a.Delay > time.Minute {
+			t.Fatalf("back-off %d: %+v after %v", i, a, last)
+		}
+		last = a.Delay
+	}
+	if last != time.Minute {
+		t.Errorf("back-off settled at %v, want the cap", last)
+	}
+}
+
+func TestPolicyValidate(t *testing.T) {
+	for _, p := range []Policy{{}, {MaxAttempts: 1, Backoff: 1, RetryBase: 2, RetryMax: 1}, {MaxAttempts: 1, Backoff: 1, RetryBase: 1, RetryMax: 1, AbandonAfter: -1}} {
+		if p.Validate() == nil {
+			t.Errorf("%+v validated", p)
+		}
+	}
+}
+
+// A change to a machine wakes a waiting job when the machine takes tasks
+// and one of the job's shapes fits its free room.
+func TestWakes(t *testing.T) {
+	tasks := []*framework.Task{
+		{Requests: map[string]int64{framework.CPU: 2000, framework.Memory: 4}},
+		{Requests: map[string]int64{framework.CPU: 2000, framework.Memory: 4}},
+		{Requests: map[string]int64{framework.CPU: 500, framework.Memory: 16}},
+	}
+	shapes := Shapes(tasks)
+	if len(shapes) != 2 {
+		t.Fatalf("shapes %v: want the two distinct requests", shapes)
+	}
+	machine := func(cpu, mem int64, unschedulable bool) *framework.Machine {
+		return &framework.Machine{Capacity: map[string]int64{framework.CPU: 4000, framework.Memory: 32},
+			Allocated: map[string]int64{framework.CPU: 4000 - cpu, framework.Memory: 32 - mem}, Unschedulable: unschedulable}
+	}
+	for _, c := range []struct {
+		m    *framework.Machine
+		want bool
+	}{
+		{machine(2000, 4, false), true},
+		{machine(1000, 16, false), true},
+		{machine(1000, 8, false), false},
+		{machine(4000, 32, true), false},
+		{nil, false},
+	} {
+		if got := Wakes(shapes, c.m); got != c.want {
+			t.Errorf("Wakes(%v, %+v) = %v", shapes, c.m, got)
+		}
+	}
+}

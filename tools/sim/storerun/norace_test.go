@@ -1,5 +1,0 @@
-//go:build !race
-
-package storerun
-
-const raceEnabled = false
