@@ -230,22 +230,17 @@ func (a *applier) evaluate(g *storev1.Group) (map[string]pending, *storev1.Failu
 // add applies one counter operation to the overlay.
 func (a *applier) add(overlay map[string]pending, op *storev1.Add) (*storev1.Failure, error) {
 	k := op.GetKey()
-	value, version, exists, err := a.current(overlay, k)
+	cur, version, ok, err := a.counter(overlay, k)
 	if err != nil {
 		return nil, err
 	}
-	var cur int64
-	if exists {
-		if cur, err = strconv.ParseInt(string(value), 10, 64); err != nil {
-			return &storev1.Failure{
-				Reason:         storev1.FailureReason_FAILURE_REASON_NOT_A_COUNTER,
-				Key:            k,
-				CurrentVersion: version,
-				Message:        fmt.Sprintf("value of %q is not a decimal int64 counter", k),
-			}, nil
-		}
-	} else {
-		version = 0
+	if !ok {
+		return &storev1.Failure{
+			Reason:         storev1.FailureReason_FAILURE_REASON_NOT_A_COUNTER,
+			Key:            k,
+			CurrentVersion: version,
+			Message:        fmt.Sprintf("value of %q is not a decimal int64 counter", k),
+		}, nil
 	}
 	next, ok := addInt64(cur, op.GetDelta())
 	if !ok || next < op.GetMin() || next > op.GetMax() {
@@ -258,6 +253,20 @@ func (a *applier) add(overlay map[string]pending, op *storev1.Add) (*storev1.Fai
 	}
 	overlay[k] = pending{value: strconv.AppendInt(nil, next, 10)}
 	return nil, nil
+}
+
+// counter reads key k as a counter, as the group sees it: an absent key
+// is 0 at version 0. ok is false when the value is not a decimal int64
+// (as strconv.ParseInt reads it); version is then the key's. Adds
+// (add) and the check of their reservations (checkKey) both read
+// counters here.
+func (a *applier) counter(overlay map[string]pending, k string) (cur int64, version uint64, ok bool, err error) {
+	value, version, exists, err := a.current(overlay, k)
+	if err != nil || !exists {
+		return 0, 0, err == nil, err
+	}
+	cur, perr := strconv.ParseInt(string(value), 10, 64)
+	return cur, version, perr == nil, nil
 }
 
 func addInt64(a, b int64) (int64, bool) {

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
-	"strconv"
 
 	"google.golang.org/protobuf/proto"
 
@@ -165,15 +164,9 @@ func (a *applier) checkKey(overlay map[string]pending, k string, acc access, add
 	if add == nil {
 		return nil, nil
 	}
-	value, version, exists, err := a.current(overlay, k)
-	if err != nil {
-		return nil, err
-	}
-	var cur int64
-	if exists {
-		if cur, err = strconv.ParseInt(string(value), 10, 64); err != nil {
-			return nil, nil // the add itself reports NOT_A_COUNTER
-		}
+	cur, version, ok, err := a.counter(overlay, k)
+	if err != nil || !ok {
+		return nil, err // not a counter: the add itself reports NOT_A_COUNTER
 	}
 	if !reservationsFit(cur, append(reservedAdds(set), add)) {
 		return &storev1.Failure{
