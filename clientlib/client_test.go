@@ -24,15 +24,14 @@ import (
 	"github.com/troupe-cluster/troupe/cellstore/keyspace"
 	"github.com/troupe-cluster/troupe/cellstore/localcell"
 	"github.com/troupe-cluster/troupe/cellstore/node"
+	"github.com/troupe-cluster/troupe/cellstore/storeerr"
 	"github.com/troupe-cluster/troupe/clientlib"
+	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
-// Upper bounds only: waits return as soon as their condition holds.
-const (
-	clientTestTimeout = 30 * time.Second
-	clientPoll        = 5 * time.Millisecond
-)
+// An upper bound only: waits return as soon as their condition holds.
+const clientTestTimeout = 30 * time.Second
 
 const (
 	commitMethod = "/troupe.store.v1.Store/Commit"
@@ -129,7 +128,7 @@ func (cc *clientCell) leaderOf(shard uint32) (int, bool) {
 // revision of every shard.
 func (cc *clientCell) waitConverged(ctx context.Context) {
 	cc.t.Helper()
-	waitUntilClient(ctx, cc.t, "replicas to converge", func() (bool, string) {
+	wait.Until(ctx, cc.t, "replicas to converge", func() (bool, string) {
 		for sh := range cc.shards {
 			var revs []uint64
 			for i := range cc.Size() {
@@ -147,25 +146,6 @@ func (cc *clientCell) waitConverged(ctx context.Context) {
 		}
 		return true, ""
 	})
-}
-
-// waitUntilClient polls cond until it holds, failing the test when ctx
-// ends first; cond's string says what it saw last.
-func waitUntilClient(ctx context.Context, t *testing.T, what string, cond func() (bool, string)) {
-	t.Helper()
-	tick := time.NewTicker(clientPoll)
-	defer tick.Stop()
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s: %s", what, last)
-		case <-tick.C:
-		}
-	}
 }
 
 // rpcLog records a client's RPC attempts.
@@ -524,13 +504,17 @@ func TestClientCommitNoRetryOnConflict(t *testing.T) {
 		name string
 		req  *storev1.CommitRequest
 		code codes.Code
+		def  *storeerr.Error
 	}{
-		{"empty group", &storev1.CommitRequest{Groups: []*storev1.Group{{}}}, codes.InvalidArgument},
-		{"empty key", &storev1.CommitRequest{Groups: []*storev1.Group{{Ops: []*storev1.Op{storePut("", "x")}}}}, codes.InvalidArgument},
+		{"empty group", &storev1.CommitRequest{Groups: []*storev1.Group{{}}}, codes.InvalidArgument, storeerr.EmptyGroup},
+		{"empty key", &storev1.CommitRequest{Groups: []*storev1.Group{{Ops: []*storev1.Op{storePut("", "x")}}}}, codes.InvalidArgument, storeerr.EmptyKey},
 	} {
 		_, err := c.Commit(ctx, tc.req)
 		if status.Code(err) != tc.code {
 			t.Fatalf("%s: %v, want %v", tc.name, err, tc.code)
+		}
+		if !errors.Is(err, tc.def) {
+			t.Errorf("%s: %v does not match storeerr.%s", tc.name, err, tc.def.Reason())
 		}
 		if !strings.Contains(err.Error(), tc.req.GetTxnId()) || !strings.Contains(err.Error(), "attempt 1") {
 			t.Errorf("%s: error %q does not name the txn and the attempt", tc.name, err)
@@ -581,7 +565,7 @@ func TestClientLeaderRouting(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), clientTestTimeout)
 	defer cancel()
 	var l0, l1 int
-	waitUntilClient(ctx, t, "the nodes to agree on the leaders", func() (bool, string) {
+	wait.Until(ctx, t, "the nodes to agree on the leaders", func() (bool, string) {
 		var ok0, ok1 bool
 		l0, ok0 = cell.leaderOf(0)
 		l1, ok1 = cell.leaderOf(1)
@@ -591,7 +575,7 @@ func TestClientLeaderRouting(t *testing.T) {
 		// A transfer can be dropped (the target not caught up, an
 		// election meanwhile): ask again now and then until it happens.
 		var asked time.Time
-		waitUntilClient(ctx, t, "shard 1's leadership to move", func() (bool, string) {
+		wait.Until(ctx, t, "shard 1's leadership to move", func() (bool, string) {
 			l, ok := cell.leaderOf(1)
 			if ok && l != l0 {
 				return true, ""
@@ -626,7 +610,7 @@ func TestClientLeaderRouting(t *testing.T) {
 	}
 	k0, k1 := cell.keyOnShard("/lr/a%d", 0), cell.keyOnShard("/lr/b%d", 1)
 	// The table is learnt in the background after the first commit.
-	waitUntilClient(ctx, t, "a commit on shard 0 to go to its leader", func() (bool, string) {
+	wait.Until(ctx, t, "a commit on shard 0 to go to its leader", func() (bool, string) {
 		got := commitTo(k0)
 		return got == cell.eps[l0], fmt.Sprintf("went to %s, leader is %s", got, cell.eps[l0])
 	})

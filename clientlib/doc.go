@@ -41,7 +41,9 @@
 //     txn_id (within the store's dedupe window) tells.
 //
 // Errors name the call, the endpoint and the attempts, and wrap the last
-// gRPC error, so status.Code(err) still gives its code.
+// gRPC error, so status.Code(err) still gives its code, and an error the
+// store defines (cellstore/storeerr) matches its definition:
+// errors.Is(err, storeerr.Frozen), storeerr.Is(err, storeerr.PermissionDenied).
 //
 // # Watching
 //

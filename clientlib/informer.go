@@ -10,22 +10,21 @@ import (
 )
 
 // NewInformer returns a cache of the objects of kind k whose keys start
-// with k.Prefix+within, kept current by watch, with the given indexes. Run
-// it, and read it after WaitForSync. Values that are not valid objects of
-// the kind at their keys (see DecodeAt) are skipped, logged once to c's
-// logger and reported to the handlers' OnUnreadable (see
+// with k.Prefix+within, kept current by s's watch, with the given
+// indexes. Run it, and read it after WaitForSync. Values that are not
+// valid objects of the kind at their keys (see DecodeAt) are skipped,
+// logged once to s's logger (its Logger method, if it has one) and
+// reported to the handlers' OnUnreadable (see
 // EventRecorder.RecordUnreadable).
-func NewInformer[T Object](c *Client, k Kind[T], within string, indexes map[string]cache.IndexFunc[T]) *cache.Informer[T] {
+func NewInformer[T Object](s Store, k Kind[T], within string, indexes map[string]cache.IndexFunc[T]) *cache.Informer[T] {
 	return cache.NewInformer(cache.InformerConfig[T]{
-		Prefix: k.Prefix + within,
-		List:   c.List,
-		Watch: func(ctx context.Context, prefix string, cursor []byte) cache.Stream {
-			return c.Watch(ctx, prefix, cursor)
-		},
+		Prefix:      k.Prefix + within,
+		List:        s.List,
+		Watch:       s.WatchStream,
 		IsCompacted: IsCompacted,
 		Decode:      func(key string, value []byte, version uint64) (T, error) { return DecodeAt(k, key, value, version) },
 		Indexes:     indexes,
-		Logger:      c.log,
+		Logger:      loggerOf(s),
 	})
 }
 

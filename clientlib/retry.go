@@ -11,6 +11,8 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/troupe-cluster/troupe/cellstore/storeerr"
 )
 
 // RetryPolicy says how a call is retried: attempt n+1 (n >= 1) waits
@@ -71,7 +73,9 @@ func (p RetryPolicy) backoff(n int, r float64) time.Duration {
 // commit the outcome is unknown, and the store's txn_id dedupe makes a
 // retry safe), or the node refused it for overload (ResourceExhausted).
 // Everything else is an answer: a malformed or refused request, or a
-// client-side cancellation.
+// client-side cancellation. The policy keys on codes, not on the store's
+// error definitions (storeerr): gRPC itself fails calls with these codes
+// and no definition, and every definition of the store keeps its code.
 func retryableCode(c codes.Code) bool {
 	switch c {
 	case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted:
@@ -134,7 +138,8 @@ type callInfo struct {
 // every other goes to the current endpoint, which moves on to the next one
 // when an attempt finds it unavailable or slow. The returned error says
 // which call failed, where and after how many attempts, and wraps the last
-// gRPC error (so status.Code works on it) or ctx's error.
+// gRPC error (so status.Code works on it, and errors.Is against the
+// store's definitions, storeerr) or ctx's error.
 func (c *Client) do(ctx context.Context, info callInfo, fn func(ctx context.Context, ep *endpoint) error) (err error) {
 	start := time.Now()
 	defer func() {
@@ -163,7 +168,7 @@ func (c *Client) do(ctx context.Context, info callInfo, fn func(ctx context.Cont
 		}
 		ep := c.eps[i]
 		actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
-		aerr := fn(actx, ep)
+		aerr := storeerr.FromError(fn(actx, ep))
 		cancel()
 		attempts++
 		if aerr == nil {

@@ -12,14 +12,6 @@ import (
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
-// Store is what the typed layer needs of a connection: *Client is one;
-// an in-memory store can be another.
-type Store interface {
-	Commit(ctx context.Context, req *storev1.CommitRequest) (*storev1.CommitResponse, error)
-	Get(ctx context.Context, key string) (*storev1.KeyValue, error)
-	List(ctx context.Context, prefix string) (kvs []*storev1.KeyValue, cursor []byte, err error)
-}
-
 // Txn builds one commit request: reads recorded with their versions, then
 // one or more groups of conditions and operations. Without Atomic each
 // group commits or fails alone; with it, all or none. A Txn is used by one

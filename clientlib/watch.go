@@ -10,15 +10,16 @@ import (
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
+	"github.com/troupe-cluster/troupe/cellstore/storeerr"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
 // ErrCompacted matches (errors.Is) the error of a Watcher whose cursor is
 // older than the store's change log: the changes in between are lost, and
-// the caller relists and watches again (see CompactedError).
-var ErrCompacted = errors.New("watch cursor compacted")
+// the caller relists and watches again (see CompactedError). It is the
+// store's definition of that error, storeerr.Compacted.
+var ErrCompacted error = storeerr.Compacted
 
 // CompactedError details ErrCompacted: which shard had dropped the
 // revisions the cursor needed, and the oldest cursor the store can resume
@@ -35,7 +36,7 @@ func (e *CompactedError) Error() string {
 		e.Shard, e.RequestedRevision, e.OldestRevision)
 }
 
-// Unwrap makes errors.Is(err, ErrCompacted) true.
+// Unwrap makes errors.Is(err, ErrCompacted) (storeerr.Compacted) true.
 func (e *CompactedError) Unwrap() error { return ErrCompacted }
 
 // errWatcherClosed is the cause of a Watcher's end by Close; it matches
@@ -135,6 +136,7 @@ func (w *Watcher) broken(err error) {
 		w.streamCancel()
 	}
 	w.stream, w.streamCancel = nil, nil
+	err = storeerr.FromError(err)
 	addr := w.c.eps[w.streamEp].addr
 	code := codeOf(err)
 	if errors.Is(err, io.EOF) {
@@ -175,18 +177,15 @@ func (w *Watcher) broken(err error) {
 	}
 }
 
-// compactedFrom returns the CompactedError an OUT_OF_RANGE watch error
-// carries, or nil.
+// compactedFrom returns the CompactedError that the store's Compacted
+// error (storeerr.WatchCompacted) carries, or nil: it goes by the
+// CompactedDetail, which identifies that error also from a store that
+// sends it without the definition's reason.
 func compactedFrom(err error) *CompactedError {
-	st, ok := status.FromError(err)
-	if !ok || st.Code() != codes.OutOfRange {
+	cd := storeerr.CompactedDetailOf(err)
+	if cd == nil {
 		return nil
 	}
-	for _, d := range st.Details() {
-		if cd, ok := d.(*storev1.CompactedDetail); ok {
-			return &CompactedError{Shard: cd.GetShard(), RequestedRevision: cd.GetRequestedRevision(),
-				OldestRevision: cd.GetOldestRevision(), OldestCursor: cd.GetOldestCursor()}
-		}
-	}
-	return nil
+	return &CompactedError{Shard: cd.GetShard(), RequestedRevision: cd.GetRequestedRevision(),
+		OldestRevision: cd.GetOldestRevision(), OldestCursor: cd.GetOldestCursor()}
 }

@@ -1,13 +1,9 @@
-// Package memstore is the cell store in memory: the store's own
-// transaction engine over an engine.MemStorage, one shard, no Raft, no
-// network. The simulator and unit tests use it where a real cell would be
-// too slow; it gives the same commit outcomes, versions and revisions as
-// a one-shard cell.
 package memstore
 
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -18,15 +14,80 @@ import (
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
+// DefaultRetention is the change sets the store keeps for watches by
+// default, as many as a replica's change log keeps by default.
+const DefaultRetention = 10000
+
+// Config is a store's clock and bounds.
+type Config struct {
+	// Now is the time proposals carry (the store's clock: it expires
+	// remembered outcomes).
+	Now func() time.Time
+	// DedupeWindow is how long the outcome of a txn_id is remembered.
+	DedupeWindow time.Duration
+	// Retention is how many revisions (change sets) the change log keeps:
+	// a watch whose cursor is older ends with the compacted error.
+	Retention uint64
+}
+
+// DefaultConfig returns the wall clock, a one-minute dedupe window and
+// DefaultRetention.
+func DefaultConfig() Config {
+	return Config{Now: time.Now, DedupeWindow: time.Minute, Retention: DefaultRetention}
+}
+
+// Validate says what is wrong with c.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Now == nil {
+		errs = append(errs, errors.New("memstore: Config.Now is nil; use time.Now or a virtual clock"))
+	}
+	if c.DedupeWindow < 0 {
+		errs = append(errs, fmt.Errorf("memstore: Config.DedupeWindow is %v; it must not be negative", c.DedupeWindow))
+	}
+	if c.Retention == 0 {
+		errs = append(errs, fmt.Errorf("memstore: Config.Retention is 0; keep at least 1 revision (default %d)", DefaultRetention))
+	}
+	return errors.Join(errs...)
+}
+
 // Store is an in-memory, one-shard cell store. It is safe for concurrent
 // use.
 type Store struct {
+	cfg Config
+
 	mu       sync.Mutex
 	st       *engine.MemStorage
-	now      func() time.Time
-	window   time.Duration
 	txns     uint64
 	observer func(*storev1.ChangeSet)
+	// committed is closed and replaced by every commit that writes: the
+	// watches blocked in Next wait on it.
+	committed chan struct{}
+	// watchers are the open watches; watchersChanged is closed and
+	// replaced when one opens, ends or blocks in Next (Quiesce and
+	// WaitForWatches wait on it).
+	watchers        map[*Watcher]struct{}
+	watchersChanged chan struct{}
+}
+
+// New returns an empty store whose proposals carry the time now() and
+// remember outcomes for window, keeping DefaultRetention revisions for
+// watches.
+func New(now func() time.Time, window time.Duration) *Store {
+	s, err := NewWithConfig(Config{Now: now, DedupeWindow: window, Retention: DefaultRetention})
+	if err != nil {
+		panic(err) // only a nil now: a programming error, as before Config
+	}
+	return s
+}
+
+// NewWithConfig returns an empty store configured by cfg.
+func NewWithConfig(cfg Config) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Store{cfg: cfg, st: engine.NewMemStorage(), committed: make(chan struct{}),
+		watchers: map[*Watcher]struct{}{}, watchersChanged: make(chan struct{})}, nil
 }
 
 // Observe has observe called with the changes of every commit that
@@ -37,12 +98,6 @@ func (s *Store) Observe(observe func(*storev1.ChangeSet)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.observer = observe
-}
-
-// New returns an empty store whose proposals carry the time now() and
-// remember outcomes for window.
-func New(now func() time.Time, window time.Duration) *Store {
-	return &Store{st: engine.NewMemStorage(), now: now, window: window}
 }
 
 // Commit applies req as one proposal.
@@ -58,8 +113,9 @@ func (s *Store) Commit(_ context.Context, req *storev1.CommitRequest) (*storev1.
 		TxnId:             txn,
 		Groups:            req.GetGroups(),
 		Atomic:            req.GetAtomic(),
-		NowUnixNanos:      s.now().UnixNano(),
-		DedupeWindowNanos: int64(s.window),
+		NowUnixNanos:      s.cfg.Now().UnixNano(),
+		DedupeWindowNanos: int64(s.cfg.DedupeWindow),
+		LogRetention:      s.cfg.Retention,
 	}
 	for i := range req.GetGroups() {
 		p.GroupIndexes = append(p.GroupIndexes, uint32(i))
@@ -68,8 +124,12 @@ func (s *Store) Commit(_ context.Context, req *storev1.CommitRequest) (*storev1.
 	if err != nil {
 		return nil, fmt.Errorf("memstore: %w", err)
 	}
-	if res.Changes != nil && s.observer != nil {
-		s.observer(res.Changes)
+	if res.Changes != nil {
+		if s.observer != nil {
+			s.observer(res.Changes)
+		}
+		close(s.committed)
+		s.committed = make(chan struct{})
 	}
 	return &storev1.CommitResponse{Groups: res.Outcome.GetGroups(), Duplicate: res.Outcome.GetDuplicate()}, nil
 }
@@ -106,12 +166,33 @@ func (s *Store) List(_ context.Context, prefix string) ([]*storev1.KeyValue, []b
 	if err != nil {
 		return nil, nil, err
 	}
-	rev, err := s.st.Get(engine.RevisionKey())
-	if err != nil {
-		return nil, nil, err
-	}
-	r, err := engine.DecodeUint64(rev)
+	r, err := s.revision()
 	return out, keyspace.Cursor{r}.Encode(), err
+}
+
+// Revision returns the store's current revision: that of its last
+// commit that wrote (0 before any).
+func (s *Store) Revision() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, err := s.revision()
+	if err != nil {
+		panic(fmt.Sprintf("memstore: %v", err)) // the store wrote it itself
+	}
+	return r
+}
+
+// revision reads the current revision; s.mu is held.
+func (s *Store) revision() (uint64, error) {
+	return s.meta(engine.RevisionKey())
+}
+
+func (s *Store) meta(key []byte) (uint64, error) {
+	b, err := s.st.Get(key)
+	if err != nil {
+		return 0, err
+	}
+	return engine.DecodeUint64(b)
 }
 
 func kv(key string, rec []byte) (*storev1.KeyValue, error) {

@@ -10,12 +10,11 @@ import (
 
 	"github.com/lni/dragonboat/v4"
 	"go.uber.org/zap"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protodelim"
 
 	"github.com/troupe-cluster/troupe/cellstore/server"
 	"github.com/troupe-cluster/troupe/cellstore/statemachine"
+	"github.com/troupe-cluster/troupe/cellstore/storeerr"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -40,11 +39,11 @@ func (b *raftBackend) PinShard(ctx context.Context, shard uint32) (server.ShardS
 	}
 	m := b.n.stateMachine(shard)
 	if m == nil {
-		return nil, status.Errorf(codes.Unavailable, "backup: shard %d is not open on this node", shard)
+		return nil, storeerr.ShardUnavailable.With("backup: shard %d is not open on this node", shard)
 	}
 	pin, err := m.PinBackup()
 	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "backup: shard %d: %v", shard, err)
+		return nil, storeerr.ShardUnavailable.With("backup: shard %d: %v", shard, err)
 	}
 	return pin, nil
 }

@@ -5,11 +5,10 @@ import (
 	"fmt"
 
 	sm "github.com/lni/dragonboat/v4/statemachine"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/troupe-cluster/troupe/cellstore/statemachine"
+	"github.com/troupe-cluster/troupe/cellstore/storeerr"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -60,7 +59,7 @@ func (pr *proposer) propose(ctx context.Context, p *storev1.Proposal) (*storev1.
 	case <-ctx.Done():
 		return nil, raftError("commit", pr.shard, ctx.Err())
 	case <-pr.stop:
-		return nil, status.Errorf(codes.Unavailable, "commit: shard %d: node stopping", pr.shard)
+		return nil, storeerr.NodeStopping.With("commit: shard %d", pr.shard)
 	}
 	select {
 	case r := <-pp.done:
@@ -82,7 +81,7 @@ func (pr *proposer) run() {
 		select {
 		case pr.slots <- struct{}{}:
 		case <-pr.stop:
-			first.done <- proposalResult{err: status.Errorf(codes.Unavailable, "commit: shard %d: node stopping", pr.shard)}
+			first.done <- proposalResult{err: storeerr.NodeStopping.With("commit: shard %d", pr.shard)}
 			return
 		}
 		batch, size := []*pendingProposal{first}, first.size
@@ -119,7 +118,7 @@ func (pr *proposer) replicate(batch []*pendingProposal) ([]*storev1.Outcome, err
 	}
 	cmd, err := statemachine.EncodeEntry(ps...)
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "commit: encode entry: %v", err)
+		return nil, storeerr.Internal.With("commit: encode entry: %v", err)
 	}
 	var res sm.Result
 	err = pr.b.attempt(context.Background(), func(ctx context.Context) (err error) {
@@ -134,7 +133,7 @@ func (pr *proposer) replicate(batch []*pendingProposal) ([]*storev1.Outcome, err
 		err = fmt.Errorf("%d outcomes for %d proposals", len(outs), len(batch))
 	}
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "commit: shard %d: %v", pr.shard, err)
+		return nil, storeerr.Internal.With("commit: shard %d: %v", pr.shard, err)
 	}
 	return outs, nil
 }

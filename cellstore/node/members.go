@@ -10,10 +10,9 @@ import (
 	"time"
 
 	"github.com/lni/dragonboat/v4"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/troupe-cluster/troupe/cellstore/server"
+	"github.com/troupe-cluster/troupe/cellstore/storeerr"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -77,17 +76,17 @@ func (b *raftBackend) AddMember(ctx context.Context, id uint64, addr string) err
 	err := b.reconfigure(ctx, "add member", func(ctx context.Context, sh uint32, m *dragonboat.Membership) error {
 		if a, ok := member(m, id); ok {
 			if !sameAddress(a, addr) {
-				return status.Errorf(codes.FailedPrecondition, "add member: shard %d: node %d is a member at %s, not %s", sh, id, a, addr)
+				return storeerr.MemberAtOtherAddress.With("add member: shard %d: node %d is a member at %s, not %s", sh, id, a, addr)
 			}
 			return nil
 		}
 		if _, ok := m.Removed[id]; ok {
-			return status.Errorf(codes.FailedPrecondition, "add member: node %d was removed from the cell and cannot come back; give the new node another ID", id)
+			return storeerr.MemberRemoved.With("add member: node %d was removed from the cell and cannot come back; give the new node another ID", id)
 		}
 		for _, others := range []map[uint64]string{m.Nodes, m.NonVotings} {
 			for other, a := range others {
 				if sameAddress(a, addr) {
-					return status.Errorf(codes.FailedPrecondition, "add member: %s is the address of member %d", addr, other)
+					return storeerr.AddressTaken.With("add member: %s is the address of member %d", addr, other)
 				}
 			}
 		}
@@ -128,17 +127,17 @@ func (b *raftBackend) awaitVoter(ctx context.Context, id uint64) error {
 				nonVoting = true
 				return errWait
 			}
-			return status.Errorf(codes.Aborted, "add member: shard %d: node %d was removed meanwhile", sh, id)
+			return storeerr.RemovedMeanwhile.With("add member: shard %d: node %d was removed meanwhile", sh, id)
 		})
-		if _, isStatus := status.FromError(err); err != nil && isStatus {
+		if storeerr.Of(err) != nil {
 			return err
 		}
 		if err != nil && nonVoting {
-			code := codes.DeadlineExceeded
+			def := storeerr.NotCaughtUp
 			if errors.Is(ctx.Err(), context.Canceled) {
-				code = codes.Canceled
+				def = storeerr.Canceled
 			}
-			return status.Errorf(code, "add member: shard %d: node %d has not caught up with the shard (is it running?); "+
+			return def.With("add member: shard %d: node %d has not caught up with the shard (is it running?); "+
 				"it is left a non-voting member of shards %v, which count towards no quorum, and promotes itself to a voter "+
 				"of each once caught up: repeat the add to wait for that, or remove the node", sh, id, b.nonVotingShards(id))
 		}
@@ -174,7 +173,7 @@ func (b *raftBackend) nonVotingShards(id uint64) []uint32 {
 // committed, and they would wait for its vote.
 func (b *raftBackend) RemoveMember(ctx context.Context, id uint64) error {
 	if id == b.n.cfg.NodeID {
-		return status.Errorf(codes.FailedPrecondition, "remove member: node %d does not remove itself; send the request to another member", id)
+		return storeerr.RemoveSelf.With("remove member: node %d does not remove itself; send the request to another member", id)
 	}
 	return b.reconfigure(ctx, "remove member", func(ctx context.Context, sh uint32, m *dragonboat.Membership) error {
 		_, voter := m.Nodes[id]
@@ -182,7 +181,7 @@ func (b *raftBackend) RemoveMember(ctx context.Context, id uint64) error {
 			return nil
 		}
 		if voter && len(m.Nodes) == 1 {
-			return status.Errorf(codes.FailedPrecondition, "remove member: node %d holds shard %d's last replica", id, sh)
+			return storeerr.LastReplica.With("remove member: node %d holds shard %d's last replica", id, sh)
 		}
 		if leader, _, ok, err := b.nh.GetLeaderID(shardID(sh)); err == nil && ok && leader == id {
 			if err := b.nh.RequestLeaderTransfer(shardID(sh), successor(m, id, b.n.cfg.NodeID)); err != nil {
@@ -196,7 +195,7 @@ func (b *raftBackend) RemoveMember(ctx context.Context, id uint64) error {
 
 // reconfigure runs step on every shard in turn, each time with the
 // shard's current membership, until step finds its change made (nil),
-// fails for good (a status error) or ctx ends.
+// fails for good (an error of the store's, storeerr) or ctx ends.
 func (b *raftBackend) reconfigure(ctx context.Context, op string, step func(ctx context.Context, shard uint32, m *dragonboat.Membership) error) error {
 	for sh := range b.n.cfg.Shards {
 		err := b.attempt(ctx, func(ctx context.Context) error {
@@ -206,7 +205,7 @@ func (b *raftBackend) reconfigure(ctx context.Context, op string, step func(ctx 
 			}
 			return step(ctx, sh, m)
 		})
-		if _, isStatus := status.FromError(err); err != nil && isStatus {
+		if storeerr.Of(err) != nil {
 			return err
 		}
 		if err != nil {

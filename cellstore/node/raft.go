@@ -10,10 +10,9 @@ import (
 	"github.com/lni/dragonboat/v4/client"
 	dbconfig "github.com/lni/dragonboat/v4/config"
 	"github.com/lni/dragonboat/v4/logger"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/troupe-cluster/troupe/cellstore/server"
+	"github.com/troupe-cluster/troupe/cellstore/storeerr"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -138,22 +137,22 @@ func (b *raftBackend) Read(ctx context.Context, shard uint32, q any, linearizabl
 	return res, nil
 }
 
-// raftError maps Dragonboat's errors to gRPC status errors. Whether a
-// timed-out commit was applied is unknown (DEADLINE_EXCEEDED): the client
-// retries it with the same txn_id and the store's dedupe makes that safe.
+// raftError maps Dragonboat's errors to the store's. Whether a timed-out
+// commit was applied is unknown (storeerr.Timeout): the client retries it
+// with the same txn_id and the store's dedupe makes that safe.
 func raftError(op string, shard uint32, err error) error {
-	code := codes.Unavailable
+	def := storeerr.ShardUnavailable
 	switch {
 	case errors.Is(err, dragonboat.ErrSystemBusy):
-		code = codes.ResourceExhausted
+		def = storeerr.ShardBusy
 	case errors.Is(err, dragonboat.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
-		code = codes.DeadlineExceeded
+		def = storeerr.Timeout
 	case errors.Is(err, dragonboat.ErrCanceled), errors.Is(err, context.Canceled):
-		code = codes.Canceled
+		def = storeerr.Canceled
 	case errors.Is(err, dragonboat.ErrPayloadTooBig):
-		code = codes.InvalidArgument
+		def = storeerr.ProposalTooLarge
 	}
-	return status.Errorf(code, "%s: shard %d: %v", op, shard, err)
+	return def.With("%s: shard %d: %v", op, shard, err)
 }
 
 // Status implements server.Backend.

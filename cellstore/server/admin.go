@@ -2,12 +2,11 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/troupe-cluster/troupe/cellstore/authz"
+	"github.com/troupe-cluster/troupe/cellstore/storeerr"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -31,13 +30,6 @@ type Cluster interface {
 // backupChunkBytes bounds a BackupChunk's data, well within what a default
 // gRPC client accepts.
 const backupChunkBytes = 1 << 20
-
-// The Admin service's own errors, each defined once with its code.
-var (
-	errNoMemberID      = status.Error(codes.InvalidArgument, "member: node_id is required")
-	errNoMemberAddress = status.Error(codes.InvalidArgument, "member: raft_address must be host:port")
-	errShardsDiffer    = codes.FailedPrecondition // a node of another shard count cannot join
-)
 
 var _ storev1.AdminServer = (*Admin)(nil)
 
@@ -69,13 +61,13 @@ func (a *Admin) ListMembers(ctx context.Context, _ *storev1.ListMembersRequest) 
 // AddMember implements storev1.AdminServer.
 func (a *Admin) AddMember(ctx context.Context, req *storev1.AddMemberRequest) (*storev1.AddMemberResponse, error) {
 	if req.GetNodeId() == 0 {
-		return nil, errNoMemberID
+		return nil, storeerr.NoMemberID
 	}
 	if _, _, err := net.SplitHostPort(req.GetRaftAddress()); err != nil {
-		return nil, errNoMemberAddress
+		return nil, storeerr.BadMemberAddress
 	}
 	if n := req.GetShardCount(); n != 0 && n != a.s.router.Shards() {
-		return nil, errf(errShardsDiffer, "add member: node %d has %d shards, the cell %d; the shard count cannot change", req.GetNodeId(), n, a.s.router.Shards())
+		return nil, storeerr.ShardCountDiffers.With("add member: node %d has %d shards, the cell %d; the shard count cannot change", req.GetNodeId(), n, a.s.router.Shards())
 	}
 	if err := a.s.admit(ctx, Access{Method: "AddMember", Call: authz.CallChangeMembers}); err != nil {
 		return nil, err
@@ -90,7 +82,7 @@ func (a *Admin) AddMember(ctx context.Context, req *storev1.AddMemberRequest) (*
 // RemoveMember implements storev1.AdminServer.
 func (a *Admin) RemoveMember(ctx context.Context, req *storev1.RemoveMemberRequest) (*storev1.RemoveMemberResponse, error) {
 	if req.GetNodeId() == 0 {
-		return nil, errNoMemberID
+		return nil, storeerr.NoMemberID
 	}
 	if err := a.s.admit(ctx, Access{Method: "RemoveMember", Call: authz.CallChangeMembers}); err != nil {
 		return nil, err
@@ -119,9 +111,9 @@ func (a *Admin) Backup(_ *storev1.BackupRequest, stream storev1.Admin_BackupServ
 		w := &chunkWriter{stream: stream, shards: a.s.router.Shards(), shard: uint32(sh)}
 		if err := pin.WriteTo(w, ctx.Done()); err != nil {
 			if ctx.Err() != nil {
-				return errf(codes.Canceled, "backup: shard %d: %v", sh, ctx.Err())
+				return storeerr.Canceled.With("backup: shard %d: %v", sh, ctx.Err())
 			}
-			return errf(status.Code(err), "backup: shard %d: %v", sh, err)
+			return fmt.Errorf("backup: shard %d: %w", sh, err) // keeps err's code
 		}
 		if err := w.send(true, pin.Status().Revision); err != nil {
 			return err
@@ -160,7 +152,7 @@ func (w *chunkWriter) send(last bool, rev uint64) error {
 		c.Revision, c.Crc32C = rev, w.crc
 	}
 	if err := w.stream.Send(c); err != nil {
-		return status.Errorf(status.Code(err), "backup: shard %d: %v", w.shard, err)
+		return fmt.Errorf("backup: shard %d: %w", w.shard, err) // keeps err's code
 	}
 	w.buf = nil
 	return nil

@@ -13,6 +13,7 @@ import (
 
 	"github.com/troupe-cluster/troupe/cellstore/authz"
 	"github.com/troupe-cluster/troupe/cellstore/engine"
+	"github.com/troupe-cluster/troupe/cellstore/storeerr"
 	"github.com/troupe-cluster/troupe/cellstore/watch"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
@@ -22,7 +23,7 @@ import (
 type fakeCluster struct {
 	sizes   []int
 	calls   []string
-	backend *smBackend
+	backend *MemBackend
 }
 
 func (f *fakeCluster) Members(context.Context) ([]*storev1.Member, error) { return nil, nil }
@@ -38,7 +39,7 @@ func (f *fakeCluster) RemoveMember(context.Context, uint64) error {
 }
 
 func (f *fakeCluster) PinShard(_ context.Context, shard uint32) (ShardSnapshot, error) {
-	pin, err := f.backend.sms[shard].PinBackup()
+	pin, err := f.backend.StateMachine(shard).PinBackup()
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +96,7 @@ type denyChanges struct{}
 
 func (denyChanges) Authorize(_ context.Context, a Access) error {
 	if a.Call == authz.CallChangeMembers {
-		return status.Error(codes.PermissionDenied, "read only")
+		return storeerr.PermissionDenied.With("read only")
 	}
 	return nil
 }
@@ -107,7 +108,7 @@ func newTestAdmin(t *testing.T, shards uint32, auth Authorizer, c Cluster) *Admi
 	cfg := DefaultConfig()
 	cfg.Authorizer = auth
 	hub := watch.NewHub(watch.DefaultConfig(), shards)
-	b := newSMBackend(t, int(shards), hub)
+	b := newMemBackend(t, shards, hub)
 	if f, ok := c.(*fakeCluster); ok {
 		f.backend = b
 	}
@@ -170,18 +171,19 @@ func TestAdminMembershipChecks(t *testing.T) {
 	for name, tc := range map[string]struct {
 		req  *storev1.AddMemberRequest
 		code codes.Code
+		def  *storeerr.Error
 	}{
-		"no id":          {&storev1.AddMemberRequest{RaftAddress: "127.0.0.1:1"}, codes.InvalidArgument},
-		"bad address":    {&storev1.AddMemberRequest{NodeId: 2, RaftAddress: "nowhere"}, codes.InvalidArgument},
-		"shard count":    {&storev1.AddMemberRequest{NodeId: 2, RaftAddress: "127.0.0.1:1", ShardCount: 3}, codes.FailedPrecondition},
-		"same count":     {&storev1.AddMemberRequest{NodeId: 2, RaftAddress: "127.0.0.1:1", ShardCount: 2}, codes.OK},
-		"count not sent": {&storev1.AddMemberRequest{NodeId: 3, RaftAddress: "127.0.0.1:2"}, codes.OK},
+		"no id":          {&storev1.AddMemberRequest{RaftAddress: "127.0.0.1:1"}, codes.InvalidArgument, storeerr.NoMemberID},
+		"bad address":    {&storev1.AddMemberRequest{NodeId: 2, RaftAddress: "nowhere"}, codes.InvalidArgument, storeerr.BadMemberAddress},
+		"shard count":    {&storev1.AddMemberRequest{NodeId: 2, RaftAddress: "127.0.0.1:1", ShardCount: 3}, codes.FailedPrecondition, storeerr.ShardCountDiffers},
+		"same count":     {&storev1.AddMemberRequest{NodeId: 2, RaftAddress: "127.0.0.1:1", ShardCount: 2}, codes.OK, nil},
+		"count not sent": {&storev1.AddMemberRequest{NodeId: 3, RaftAddress: "127.0.0.1:2"}, codes.OK, nil},
 	} {
-		if _, err := a.AddMember(ctx, tc.req); status.Code(err) != tc.code {
+		if _, err := a.AddMember(ctx, tc.req); status.Code(err) != tc.code || storeerr.Of(err) != tc.def {
 			t.Errorf("%s: %v, want %s", name, err, tc.code)
 		}
 	}
-	if _, err := a.RemoveMember(ctx, &storev1.RemoveMemberRequest{}); status.Code(err) != codes.InvalidArgument {
+	if _, err := a.RemoveMember(ctx, &storev1.RemoveMemberRequest{}); status.Code(err) != codes.InvalidArgument || !storeerr.Is(err, storeerr.NoMemberID) {
 		t.Errorf("remove without id: %v", err)
 	}
 	if len(c.calls) != 2 {
@@ -189,7 +191,7 @@ func TestAdminMembershipChecks(t *testing.T) {
 	}
 
 	ro := newTestAdmin(t, 2, denyChanges{}, c)
-	if _, err := ro.RemoveMember(ctx, &storev1.RemoveMemberRequest{NodeId: 2}); status.Code(err) != codes.PermissionDenied {
+	if _, err := ro.RemoveMember(ctx, &storev1.RemoveMemberRequest{NodeId: 2}); status.Code(err) != codes.PermissionDenied || !storeerr.Is(err, storeerr.PermissionDenied) {
 		t.Errorf("unauthorized remove: %v", err)
 	}
 	if _, err := ro.ListMembers(ctx, &storev1.ListMembersRequest{}); err != nil {

@@ -4,13 +4,12 @@ import (
 	"context"
 
 	"go.uber.org/zap"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/status"
 
 	"github.com/troupe-cluster/troupe/cellstore/authz"
 	"github.com/troupe-cluster/troupe/cellstore/pki"
+	"github.com/troupe-cluster/troupe/cellstore/storeerr"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -40,7 +39,7 @@ type KeyOp struct {
 }
 
 // Authorizer decides whether an Access is allowed. A non-nil error is
-// returned to the caller as is and should carry codes.PermissionDenied.
+// returned to the caller as is and should be storeerr.PermissionDenied.
 type Authorizer interface {
 	Authorize(ctx context.Context, a Access) error
 }
@@ -74,17 +73,17 @@ func (r *RulesAuthorizer) Authorize(_ context.Context, a Access) error {
 
 func (r *RulesAuthorizer) check(a Access) error {
 	if a.Identity.Role == "" {
-		return status.Errorf(codes.PermissionDenied, "%s: the caller presented no Troupe identity (a client certificate of the cell's CA)", a.Method)
+		return storeerr.PermissionDenied.With("%s: the caller presented no Troupe identity (a client certificate of the cell's CA)", a.Method)
 	}
 	if a.Call != "" && !r.Rules.AllowCall(a.Identity, a.Call) {
-		return status.Errorf(codes.PermissionDenied, "%s: %s may not %s", a.Method, a.Identity, a.Call)
+		return storeerr.PermissionDenied.With("%s: %s may not %s", a.Method, a.Identity, a.Call)
 	}
 	if a.PrefixOp != 0 && !r.Rules.AllowPrefix(a.Identity, a.Prefix, a.PrefixOp) {
-		return status.Errorf(codes.PermissionDenied, "%s: %s may not %s prefix %q", a.Method, a.Identity, a.PrefixOp, a.Prefix)
+		return storeerr.PermissionDenied.With("%s: %s may not %s prefix %q", a.Method, a.Identity, a.PrefixOp, a.Prefix)
 	}
 	for _, k := range a.Keys {
 		if !r.Rules.AllowKey(a.Identity, k.Key, k.Op) {
-			return status.Errorf(codes.PermissionDenied, "%s: %s may not %s key %q", a.Method, a.Identity, k.Op, k.Key)
+			return storeerr.PermissionDenied.With("%s: %s may not %s key %q", a.Method, a.Identity, k.Op, k.Key)
 		}
 	}
 	return nil

@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"google.golang.org/grpc/codes"
 
 	"github.com/troupe-cluster/troupe/cellstore/engine"
 	"github.com/troupe-cluster/troupe/cellstore/statemachine"
+	"github.com/troupe-cluster/troupe/cellstore/storeerr"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -77,7 +77,7 @@ func (s *Server) consistentCut(ctx context.Context, cluster Cluster) ([]ShardSna
 			case <-t.C:
 			case <-ctx.Done():
 				t.Stop()
-				return nil, errf(codes.Canceled, "backup: %v (last attempt: %v)", ctx.Err(), err)
+				return nil, storeerr.Canceled.With("backup: %v (last attempt: %v)", ctx.Err(), err)
 			}
 		}
 		var pins []ShardSnapshot
@@ -88,7 +88,7 @@ func (s *Server) consistentCut(ctx context.Context, cluster Cluster) ([]ShardSna
 			return nil, err
 		}
 	}
-	return nil, errf(codes.Unavailable, "backup: %d attempts: %v", maxCutAttempts, err)
+	return nil, storeerr.NoConsistentCut.With("%d attempts: %v", maxCutAttempts, err)
 }
 
 // tryCut makes one attempt at a consistent cut.
@@ -106,7 +106,7 @@ func (s *Server) tryCut(ctx context.Context, cluster Cluster) ([]ShardSnapshot, 
 	err := errors.Join(errs...)
 	for sh, o := range outs {
 		if err == nil && !o.GetFrozen() {
-			err = fmt.Errorf("%w: shard %d: %w", errNoCut, sh, errBackupBusy)
+			err = fmt.Errorf("%w: shard %d: %w", errNoCut, sh, storeerr.BackupBusy)
 		}
 	}
 	var pins []ShardSnapshot
@@ -207,7 +207,7 @@ func closeAll(pins []ShardSnapshot) {
 // looking every FrozenRetry at the shards' freeze on this node's replicas
 // (a stale read), until none holds by this node's clock: a THAW has
 // applied here, or the freeze has lapsed (the next proposal, carrying the
-// time, lapses it for every replica alike). It gives up with errFrozen
+// time, lapses it for every replica alike). It gives up with storeerr.Frozen
 // after twice FreezeTimeout (a freeze lapses after FreezeTimeout), or
 // rather than wait past the request's deadline.
 type thawWait struct{ since time.Time }
@@ -222,15 +222,15 @@ func (w *thawWait) wait(ctx context.Context, s *Server, shards []uint32) error {
 	for {
 		now := time.Now()
 		if now.Sub(w.since) >= 2*s.cfg.FreezeTimeout {
-			return errFrozen
+			return storeerr.Frozen
 		}
 		if d, ok := ctx.Deadline(); ok && d.Sub(now) <= s.cfg.FrozenRetry {
-			return errFrozen
+			return storeerr.Frozen
 		}
 		select {
 		case <-t.C:
 		case <-ctx.Done():
-			return errFrozen
+			return storeerr.Frozen
 		}
 		if !s.anyFrozen(ctx, shards) {
 			return nil

@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/troupe-cluster/troupe/cellstore/statemachine"
+	"github.com/troupe-cluster/troupe/cellstore/storeerr"
+	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -21,11 +23,11 @@ import (
 // and proposed again, admitted prepares, a dead driver's freeze lapsing,
 // the cut's rounds, recovery during a freeze.
 
-// smCluster pins the state machines of an smBackend; beforePin, if set,
+// smCluster pins the state machines of a MemBackend; beforePin, if set,
 // runs before each pin.
 type smCluster struct {
 	fakeCluster
-	b         *smBackend
+	b         *MemBackend
 	beforePin func(shard uint32)
 }
 
@@ -33,7 +35,7 @@ func (c *smCluster) PinShard(_ context.Context, shard uint32) (ShardSnapshot, er
 	if c.beforePin != nil {
 		c.beforePin(shard)
 	}
-	return c.b.sms[shard].PinBackup()
+	return c.b.StateMachine(shard).PinBackup()
 }
 
 // freezeShards proposes FREEZE id on shards, lapsing after the server's
@@ -66,15 +68,9 @@ func (x *crossShardServer) commitHeld(t *testing.T, req *storev1.CommitRequest) 
 	t.Helper()
 	refused := testutil.ToFloat64(x.cfg.Metrics.frozen)
 	done := x.commitAsync(req)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for testutil.ToFloat64(x.cfg.Metrics.frozen) == refused {
-		select {
-		case <-ctx.Done():
-			t.Fatal("the commit was not refused")
-		case <-time.After(time.Millisecond):
-		}
-	}
+	wait.Until(t.Context(), t, "a frozen shard to refuse the commit", func() bool {
+		return testutil.ToFloat64(x.cfg.Metrics.frozen) != refused
+	})
 	return done
 }
 
@@ -130,7 +126,7 @@ func TestCommitsDuringAFreeze(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	_, err := x.Commit(ctx, single)
 	cancel()
-	if status.Code(err) != codes.Unavailable {
+	if status.Code(err) != codes.Unavailable || !storeerr.Is(err, storeerr.Frozen) {
 		t.Fatalf("commit on a frozen shard past its deadline: %v", err)
 	}
 	if v, _ := x.value(t, b); v != "" {
@@ -159,7 +155,7 @@ func TestCommitsDuringAFreeze(t *testing.T) {
 	ctx, cancel = context.WithTimeout(context.Background(), 20*time.Millisecond)
 	_, err = x.Commit(ctx, both)
 	cancel()
-	if status.Code(err) != codes.Unavailable {
+	if status.Code(err) != codes.Unavailable || !storeerr.Is(err, storeerr.Frozen) {
 		t.Fatalf("cross-shard commit on frozen shards past its deadline: %v", err)
 	}
 	for _, sh := range []uint32{2, 3} {
@@ -192,7 +188,7 @@ func TestDeadBackupDriverFreezeLapses(t *testing.T) {
 	if va, _ := x.value(t, a); va != "1" {
 		t.Fatalf("%s = %q, want 1", a, va)
 	}
-	admin := NewAdmin(x.Server, &smCluster{b: x.backend.smBackend})
+	admin := NewAdmin(x.Server, &smCluster{b: x.backend.MemBackend})
 	if err := admin.Backup(&storev1.BackupRequest{}, &chunkStream{}); err != nil {
 		t.Fatalf("backup after a dead driver's freeze lapsed: %v", err)
 	}
@@ -242,7 +238,7 @@ func TestBackupPinsUntilTwoRoundsAgree(t *testing.T) {
 			}
 		}
 	}
-	admin := NewAdmin(x.Server, &smCluster{b: x.backend.smBackend, beforePin: late})
+	admin := NewAdmin(x.Server, &smCluster{b: x.backend.MemBackend, beforePin: late})
 	revs, err := backupRevisions(admin)
 	if err != nil {
 		t.Fatal(err)
@@ -272,7 +268,7 @@ func TestBackupWaitsForRecovery(t *testing.T) {
 	}
 	x.backend.failOn(false, storev1.Phase_PHASE_RESOLVE, 1, 2)
 
-	admin := NewAdmin(x.Server, &smCluster{b: x.backend.smBackend})
+	admin := NewAdmin(x.Server, &smCluster{b: x.backend.MemBackend})
 	type result struct {
 		revs []uint64
 		err  error
@@ -284,19 +280,14 @@ func TestBackupWaitsForRecovery(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for frozen := false; !frozen; {
-		pin, err := x.backend.sms[1].PinBackup()
+	wait.Until(ctx, t, "the backup to freeze shard 1", func() bool {
+		pin, err := x.backend.StateMachine(1).PinBackup()
 		if err != nil {
 			t.Fatal(err)
 		}
-		frozen = pin.Status().Frozen()
-		pin.Close()
-		select {
-		case <-ctx.Done():
-			t.Fatal("the backup did not freeze shard 1")
-		case <-time.After(time.Millisecond):
-		}
-	}
+		defer pin.Close()
+		return pin.Status().Frozen()
+	})
 	x.clock.Add(int64(x.cfg.TxnTimeout) + 1)
 	if n, err := x.ResolveOverdue(ctx, 1); err != nil || n != 1 {
 		t.Fatalf("recovery while frozen: %d %v", n, err)
@@ -318,7 +309,7 @@ func TestBackupWaitsForRecovery(t *testing.T) {
 	x.freezeShards(t, "other", 3)
 	x.cfg.FreezeTimeout = 10 * time.Millisecond
 	err := admin.Backup(&storev1.BackupRequest{}, &chunkStream{})
-	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "another backup") {
+	if status.Code(err) != codes.Unavailable || !storeerr.Is(err, storeerr.NoConsistentCut) || !strings.Contains(err.Error(), "another backup") {
 		t.Fatalf("backup while another holds the cell: %v", err)
 	}
 	if resp := x.commit(t, &storev1.CommitRequest{TxnId: "v", Groups: []*storev1.Group{groupOf(nil, put(c, "x"))}}); !resp.GetGroups()[0].GetCommitted() {

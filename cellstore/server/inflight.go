@@ -5,9 +5,9 @@ import (
 	"sync"
 
 	"golang.org/x/sync/semaphore"
-	"google.golang.org/grpc/codes"
 
 	"github.com/troupe-cluster/troupe/cellstore/pki"
+	"github.com/troupe-cluster/troupe/cellstore/storeerr"
 )
 
 // inflight bounds the proposals in flight on a node (Config.MaxInflight),
@@ -36,14 +36,14 @@ func (f *inflight) acquire(ctx context.Context, n int) (release func(), err erro
 		if f.held[id]+n > f.perID {
 			f.mu.Unlock()
 			f.throttle(id)
-			return nil, errf(codes.ResourceExhausted, "%s holds its share of this store node's proposals in flight (%d); retry with backoff", id, f.perID)
+			return nil, storeerr.Throttled.With("%s holds its share of this store node's proposals in flight (%d); retry with backoff", id, f.perID)
 		}
 		f.held[id] += n
 		f.mu.Unlock()
 	}
 	if !f.all.TryAcquire(int64(n)) {
 		f.give(id, n)
-		return nil, errOverloaded
+		return nil, storeerr.Overloaded
 	}
 	return func() {
 		f.all.Release(int64(n))

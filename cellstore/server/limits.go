@@ -5,6 +5,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/troupe-cluster/troupe/cellstore/storeerr"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -55,7 +56,7 @@ func (l Limits) Validate() error {
 // it is UTF-8.)
 func (l Limits) checkKey(what, k string) error {
 	if k == "" {
-		return errf(errInvalid, "%s: empty key", what)
+		return storeerr.EmptyKey.With("%s", what)
 	}
 	return nil
 }
@@ -66,23 +67,23 @@ func (l Limits) checkKey(what, k string) error {
 func (l Limits) ValidateCommit(req *storev1.CommitRequest) ([]*storev1.Failure, error) {
 	switch {
 	case req.GetTxnId() == "":
-		return nil, errEmptyTxnID
+		return nil, storeerr.EmptyTxnID
 	case len(req.GetTxnId()) > l.MaxTxnIDBytes:
-		return nil, errf(errInvalid, "commit: txn_id is %d bytes, limit %d", len(req.GetTxnId()), l.MaxTxnIDBytes)
+		return nil, storeerr.OverLimit.With("commit: txn_id is %d bytes, limit %d", len(req.GetTxnId()), l.MaxTxnIDBytes)
 	case len(req.GetGroups()) == 0:
-		return nil, errNoGroups
+		return nil, storeerr.NoGroups
 	case len(req.GetGroups()) > l.MaxGroups:
-		return nil, errf(errInvalid, "commit: %d groups, limit %d", len(req.GetGroups()), l.MaxGroups)
+		return nil, storeerr.OverLimit.With("commit: %d groups, limit %d", len(req.GetGroups()), l.MaxGroups)
 	}
 	if n := proto.Size(req); n > l.MaxRequestBytes {
-		return nil, errf(errInvalid, "commit: request is %d bytes, limit %d", n, l.MaxRequestBytes)
+		return nil, storeerr.OverLimit.With("commit: request is %d bytes, limit %d", n, l.MaxRequestBytes)
 	}
 	ops := 0
 	failures := make([]*storev1.Failure, len(req.GetGroups()))
 	for gi, g := range req.GetGroups() {
 		what := fmt.Sprintf("commit: group %d", gi)
 		if len(g.GetConditions())+len(g.GetOps()) == 0 {
-			return nil, errf(errInvalid, "%s is empty", what)
+			return nil, storeerr.EmptyGroup.With("%s", what)
 		}
 		ops += len(g.GetConditions()) + len(g.GetOps())
 		for _, c := range g.GetConditions() {
@@ -94,7 +95,7 @@ func (l Limits) ValidateCommit(req *storev1.CommitRequest) ([]*storev1.Failure, 
 		for oi, op := range g.GetOps() {
 			k, v, err := opKeyValue(op)
 			if err != nil {
-				return nil, errf(errInvalid, "%s op %d: %v", what, oi, err)
+				return nil, storeerr.MalformedOp.With("%s op %d: %v", what, oi, err)
 			}
 			if err := l.checkKey(fmt.Sprintf("%s op %d", what, oi), k); err != nil {
 				return nil, err
@@ -103,7 +104,7 @@ func (l Limits) ValidateCommit(req *storev1.CommitRequest) ([]*storev1.Failure, 
 		}
 	}
 	if ops > l.MaxOps {
-		return nil, errf(errInvalid, "commit: %d conditions and operations, limit %d", ops, l.MaxOps)
+		return nil, storeerr.OverLimit.With("commit: %d conditions and operations, limit %d", ops, l.MaxOps)
 	}
 	return failures, nil
 }

@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/troupe-cluster/troupe/cellstore/authz"
@@ -30,6 +29,7 @@ import (
 	"github.com/troupe-cluster/troupe/cellstore/keyspace"
 	"github.com/troupe-cluster/troupe/cellstore/pki"
 	"github.com/troupe-cluster/troupe/cellstore/statemachine"
+	"github.com/troupe-cluster/troupe/cellstore/storeerr"
 	"github.com/troupe-cluster/troupe/cellstore/watch"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
@@ -355,7 +355,7 @@ func (s *Server) propose(ctx context.Context, props []shardProposal, resp *store
 			return errs[i]
 		}
 		if len(out.GetGroups()) != len(out.GetGroupIndexes()) {
-			return errf(codes.Internal, "commit: shard %d returned %d results for %d groups", props[i].shard, len(out.GetGroups()), len(out.GetGroupIndexes()))
+			return storeerr.Internal.With("commit: shard %d returned %d results for %d groups", props[i].shard, len(out.GetGroups()), len(out.GetGroupIndexes()))
 		}
 		resp.Duplicate = resp.Duplicate || out.GetDuplicate()
 		for j, gi := range out.GetGroupIndexes() {
@@ -390,7 +390,7 @@ func (s *Server) Range(ctx context.Context, req *storev1.RangeRequest) (*storev1
 	}
 	after := string(req.GetContinuation())
 	if after != "" && !bytes.HasPrefix(req.GetContinuation(), []byte(req.GetPrefix())) {
-		return nil, errf(errInvalid, "range: continuation does not belong to prefix %q", req.GetPrefix())
+		return nil, storeerr.BadContinuation.With("range: prefix %q", req.GetPrefix())
 	}
 	limit := s.cfg.Limits.rangeLimit(req.GetLimit())
 	shards := s.router.PrefixShards(req.GetPrefix())

@@ -20,7 +20,7 @@ import (
 // faultyBackend fails the proposals of the phases and shards in fail, as
 // a driver that dies at that point would leave them undone.
 type faultyBackend struct {
-	*smBackend
+	*MemBackend
 	fail sync.Map // phaseOn → bool
 }
 
@@ -41,7 +41,7 @@ func (b *faultyBackend) Propose(ctx context.Context, shard uint32, p *storev1.Pr
 	if v, ok := b.fail.Load(phaseOn{p.GetPhase(), shard}); ok && v.(bool) {
 		return nil, errDriverDied
 	}
-	return b.smBackend.Propose(ctx, shard, p)
+	return b.MemBackend.Propose(ctx, shard, p)
 }
 
 // crossShardServer is a 4-shard server over unreplicated state machines,
@@ -55,7 +55,7 @@ type crossShardServer struct {
 func newCrossShardServer(t *testing.T) *crossShardServer {
 	t.Helper()
 	hub := watch.NewHub(watch.DefaultConfig(), 4)
-	x := &crossShardServer{backend: &faultyBackend{smBackend: newSMBackend(t, 4, hub)}}
+	x := &crossShardServer{backend: &faultyBackend{MemBackend: newMemBackend(t, 4, hub)}}
 	x.clock.Store(time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC).UnixNano())
 	cfg := DefaultConfig()
 	cfg.Now = func() time.Time { return time.Unix(0, x.clock.Load()) }

@@ -6,10 +6,9 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/status"
-
 	"github.com/troupe-cluster/troupe/cellstore/authz"
 	"github.com/troupe-cluster/troupe/cellstore/keyspace"
+	"github.com/troupe-cluster/troupe/cellstore/storeerr"
 	"github.com/troupe-cluster/troupe/cellstore/watch"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
@@ -45,7 +44,7 @@ func (s *Server) Watch(req *storev1.WatchRequest, stream storev1.Store_WatchServ
 	if len(req.GetCursor()) > 0 {
 		c, err := keyspace.DecodeCursor(req.GetCursor(), s.router.Shards())
 		if err != nil {
-			return errf(errInvalid, "watch: %v", err)
+			return storeerr.BadCursor.With("watch: %v", err)
 		}
 		cursor = c
 	}
@@ -135,7 +134,7 @@ func (s *Server) followShard(ctx context.Context, shard uint32, from uint64, pre
 func (s *Server) watchError(err error, cursor keyspace.Cursor, shards []uint32) error {
 	var ce *watch.CompactedError
 	if !errors.As(err, &ce) {
-		return errf(errUnavailableCode, "watch: %v", err)
+		return storeerr.ShardUnavailable.With("watch: %v", err)
 	}
 	s.cfg.Metrics.compacted.Inc()
 	oldest := cursor.Clone()
@@ -148,14 +147,10 @@ func (s *Server) watchError(err error, cursor keyspace.Cursor, shards []uint32) 
 	if ce.Oldest > 0 {
 		oldest[ce.Shard] = ce.Oldest - 1
 	}
-	st, derr := status.New(errCompactedCode, "watch: "+ce.Error()+"; relist and watch from the new cursor").WithDetails(&storev1.CompactedDetail{
+	return storeerr.WatchCompacted(&storev1.CompactedDetail{
 		Shard:             ce.Shard,
 		RequestedRevision: ce.Requested,
 		OldestRevision:    ce.Oldest,
 		OldestCursor:      oldest.Encode(),
 	})
-	if derr != nil {
-		return errf(errCompactedCode, "watch: %v", ce)
-	}
-	return st.Err()
 }

@@ -178,14 +178,40 @@ func (q *WorkQueue) ShutDown() {
 	close(q.wake)
 }
 
+// NextDelayed returns when the earliest key added with AddAfter is due;
+// false when none waits.
+func (q *WorkQueue) NextDelayed() (time.Time, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.waiting.Len() == 0 {
+		return time.Time{}, false
+	}
+	return q.waiting[0].at, true
+}
+
+// AddDue queues at once the delayed keys whose time has come by the
+// queue's clock, in the order they fall due. The queue does so by itself
+// when its clock's timers fire; a driver of virtual time calls it after
+// moving its clock, so that it knows the keys are queued.
+func (q *WorkQueue) AddDue() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.addDue(q.cfg.Clock.Now())
+}
+
+// addDue queues the delayed keys due at now; q.mu is held.
+func (q *WorkQueue) addDue(now time.Time) {
+	for q.waiting.Len() > 0 && !q.waiting[0].at.After(now) {
+		q.add(heap.Pop(&q.waiting).(delayed).key)
+	}
+}
+
 // delayLoop moves delayed keys to the queue when their time comes.
 func (q *WorkQueue) delayLoop() {
 	for {
 		q.mu.Lock()
 		now := q.cfg.Clock.Now()
-		for q.waiting.Len() > 0 && !q.waiting[0].at.After(now) {
-			q.add(heap.Pop(&q.waiting).(delayed).key)
-		}
+		q.addDue(now)
 		var next <-chan time.Time
 		if q.waiting.Len() > 0 {
 			next = q.cfg.Clock.After(q.waiting[0].at.Sub(now))
