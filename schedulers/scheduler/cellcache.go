@@ -26,17 +26,14 @@ type CellCache struct {
 	view     *MachineView
 }
 
-// NewCellCache returns the caches of a scheduler process over client c.
-func NewCellCache(c *clientlib.Client, logger *zap.Logger) *CellCache {
+// NewCellCache returns the caches of a scheduler process over store c.
+func NewCellCache(c clientlib.Store, logger *zap.Logger) *CellCache {
 	cc := &CellCache{view: NewMachineView()}
 	cc.machines = clientlib.NewInformer(c, clientlib.Machines, "", nil)
 	cc.tasks = clientlib.NewInformer(c, clientlib.Tasks, "", clientlib.TaskIndexes())
 	cc.counters = cache.NewInformer(cache.InformerConfig[*troupev1.Counter]{
-		Prefix: clientlib.AllocPrefix, List: c.List, IsCompacted: clientlib.IsCompacted, Decode: clientlib.DecodeCounter,
-		Watch: func(ctx context.Context, prefix string, cursor []byte) cache.Stream {
-			return c.Watch(ctx, prefix, cursor)
-		},
-		Logger: logger,
+		Prefix: clientlib.AllocPrefix, List: c.List, Watch: c.WatchStream, IsCompacted: clientlib.IsCompacted,
+		Decode: clientlib.DecodeCounter, Logger: logger,
 	})
 	cc.machines.AddHandler(cache.Handler[*troupev1.Machine]{
 		OnAdd:    func(_ string, m *troupev1.Machine) { cc.view.SetMachine(m) },

@@ -43,7 +43,8 @@ func (s *Scheduler) scheduleJob(ctx context.Context, job string) {
 			s.done(job)
 		case Wait:
 			s.mu.Lock()
-			rec.waiting = Shapes(failedTasks(plan))
+			s.waits++
+			rec.waiting, rec.since = Shapes(failedTasks(plan)), s.waits
 			s.mu.Unlock()
 			s.queue.AddAfter(job, a.Delay)
 		case BackOff:
@@ -81,7 +82,7 @@ func (s *Scheduler) done(job string) {
 // the commit's result (nil when nothing was committed).
 func (s *Scheduler) decide(ctx context.Context, job string, tasks []*framework.Task, st *JobState) (Action, *framework.Plan, *framework.Result) {
 	start := s.clock.Now()
-	attempt := st.attempt
+	attempt := st.Attempt()
 	if st.Decisions() == 1 {
 		s.stats.waited(tasks, start)
 	}

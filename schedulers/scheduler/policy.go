@@ -64,6 +64,10 @@ type JobState struct {
 // Decisions is how many decisions were made about the job.
 func (st *JobState) Decisions() int { return st.decisions }
 
+// Attempt is the number of the decision Begin last allowed in its round
+// (from 1), until After ends the round.
+func (st *JobState) Attempt() int { return st.attempt }
+
 // Step is what to do with a job.
 type Step int
 

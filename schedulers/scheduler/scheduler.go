@@ -13,10 +13,12 @@
 package scheduler
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -86,7 +88,7 @@ func (c Config) Validate() error {
 // Scheduler is one running instance.
 type Scheduler struct {
 	cfg   Config
-	c     *clientlib.Client
+	c     clientlib.Store
 	cache *CellCache
 	// ownCache: the instance runs its cache itself.
 	ownCache bool
@@ -102,6 +104,7 @@ type Scheduler struct {
 	mu      sync.Mutex
 	assumed map[string]map[string]assumed // by job and task key: placements the cache may not show yet
 	jobs    map[string]*jobRecord         // jobs decided about, until they are done
+	waits   uint64                        // waits begun, to wake jobs in the order they began waiting
 }
 
 // jobRecord is what the instance keeps of a job between decisions: the
@@ -110,6 +113,7 @@ type Scheduler struct {
 type jobRecord struct {
 	st      JobState
 	waiting []framework.Room
+	since   uint64 // the wait's number (Scheduler.waits)
 }
 
 // Decision is one commit of a job's plan: the attempt (from 1 in a
@@ -130,8 +134,9 @@ type assumed struct {
 	machine string
 }
 
-// New returns a scheduler over client c.
-func New(c *clientlib.Client, cfg Config) (*Scheduler, error) {
+// New returns a scheduler over store c: a *clientlib.Client in a cell,
+// a memstore in tests.
+func New(c clientlib.Store, cfg Config) (*Scheduler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -265,14 +270,23 @@ func (s *Scheduler) forget(job, key string) {
 // room for (Wakes), ahead of their back-off.
 func (s *Scheduler) roomChanged(machine string) {
 	m := s.view.Machine(machine)
+	type woken struct {
+		job   string
+		since uint64
+	}
+	var wake []woken
 	s.mu.Lock()
 	for job, r := range s.jobs {
 		if r.waiting != nil && Wakes(r.waiting, m) {
 			r.waiting = nil
-			s.queue.Add(job)
+			wake = append(wake, woken{job, r.since})
 		}
 	}
 	s.mu.Unlock()
+	slices.SortFunc(wake, func(a, b woken) int { return cmp.Compare(a.since, b.since) })
+	for _, w := range wake {
+		s.queue.Add(w.job)
+	}
 	s.signalChanged()
 }
 

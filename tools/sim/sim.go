@@ -78,6 +78,10 @@ type Config struct {
 	Seed    uint64
 	// Failures, if set, makes machines fail and return.
 	Failures *Failures
+	// Observe, if set, is called after each decision's commit with its
+	// virtual time, the scheduler's name and the decision, as the cell's
+	// instances report theirs (scheduler.Config.Observe).
+	Observe func(at time.Duration, scheduler string, d scheduler.Decision)
 }
 
 // Validate says what is wrong with c.
@@ -122,9 +126,11 @@ type Simulator struct {
 	scheds []*simScheduler
 	jobs   map[string]*jobState // by "<ns>/<name>"
 	order  []*jobState          // in submission order
-	// waiting are the jobs whose tasks fit nowhere, in the order they
-	// started waiting; a task's end wakes them all.
-	waiting []*jobState
+	// waiting are the waits of jobs whose tasks fit nowhere, in the
+	// order they began (as the cell's instances wake them); a task's end
+	// wakes those it makes room for. waits counts the waits begun.
+	waiting []jobWait
+	waits   uint64
 	// machines are the cell's machines at their index in the view's
 	// snapshots (machines are never deleted).
 	machines []*simMachine
@@ -165,6 +171,7 @@ type jobState struct {
 	policy  scheduler.JobState
 	queued  bool          // in its scheduler's queue
 	waiting bool          // fits nowhere; tried again after its back-off or when capacity is released
+	wait    uint64        // the number of its current or last wait
 	first   time.Duration // first decision started (-1: none yet)
 	done    bool          // every task placed, or abandoned
 }
@@ -222,11 +229,7 @@ func (s *Simulator) register() ([]*troupev1.Machine, error) {
 		tx := clientlib.NewTxn(s.store)
 		batch := s.cfg.Machines[i:min(i+per, len(s.cfg.Machines))]
 		for _, m := range batch {
-			objs = append(objs, &troupev1.Machine{
-				Metadata: &troupev1.ObjectMeta{Name: m.Name, Labels: m.Labels},
-				Spec:     &troupev1.MachineSpec{Capacity: map[string]int64{"cpu": m.CPU, "memory": m.Memory}},
-				Status:   &troupev1.MachineStatus{Phase: troupev1.MachinePhase_MACHINE_PHASE_READY},
-			})
+			objs = append(objs, MachineObject(m))
 			clientlib.PutObject(tx.Group(), clientlib.Machines, objs[len(objs)-1])
 		}
 		out, err := tx.Commit(context.Background())
@@ -362,20 +365,9 @@ func (s *Simulator) submit(job workload.Job) error {
 	}
 	js.sched = sched
 	tx := clientlib.NewTxn(s.store)
-	// A task's index in the store is its position in the job (traces may
-	// skip indices), so that it also indexes js.tasks.
-	tasks := make([]*troupev1.Task, 0, len(job.Tasks))
-	for pos, t := range job.Tasks {
-		index := int32(pos)
-		task := &troupev1.Task{
-			Metadata: &troupev1.ObjectMeta{Name: clientlib.TaskName(job.ID, index), Namespace: "sim"},
-			Spec: &troupev1.TaskSpec{Job: job.ID, Index: index, Type: jobType(job.Type), Priority: job.Priority, Scheduler: sched.cfg.Kind,
-				Constraints: &troupev1.Constraints{DistinctMachines: job.DistinctMachines, MatchLabels: job.MatchLabels}, Submitted: timestampAt(s.now),
-				Template: &troupev1.TaskTemplate{Command: "sim", Requests: map[string]int64{"cpu": t.CPU, "memory": t.Memory}}},
-			Status: &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_PENDING},
-		}
+	tasks := Tasks(job, sched.cfg.Kind, s.now)
+	for _, task := range tasks {
 		clientlib.PutObject(tx.Group(), clientlib.Tasks, task)
-		tasks = append(tasks, task)
 	}
 	out, err := tx.Commit(context.Background())
 	if err != nil {
@@ -395,6 +387,48 @@ func (s *Simulator) submit(job workload.Job) error {
 	s.enqueue(js)
 	return nil
 }
+
+// MachineObject returns machine m as the simulator registers it: ready,
+// with its labels and its CPU and memory.
+func MachineObject(m workload.Machine) *troupev1.Machine {
+	return &troupev1.Machine{
+		Metadata: &troupev1.ObjectMeta{Name: m.Name, Labels: m.Labels},
+		Spec:     &troupev1.MachineSpec{Capacity: map[string]int64{"cpu": m.CPU, "memory": m.Memory}},
+		Status:   &troupev1.MachineStatus{Phase: troupev1.MachinePhase_MACHINE_PHASE_READY},
+	}
+}
+
+// Tasks returns the tasks the simulator submits job as, pending for
+// schedulers of kind, at virtual time now, in namespace "sim". A task's
+// index is its position in the job (traces may skip indices).
+func Tasks(job workload.Job, kind string, now time.Duration) []*troupev1.Task {
+	tasks := make([]*troupev1.Task, 0, len(job.Tasks))
+	for pos, t := range job.Tasks {
+		index := int32(pos)
+		tasks = append(tasks, &troupev1.Task{
+			Metadata: &troupev1.ObjectMeta{Name: clientlib.TaskName(job.ID, index), Namespace: "sim"},
+			Spec: &troupev1.TaskSpec{Job: job.ID, Index: index, Type: jobType(job.Type), Priority: job.Priority, Scheduler: kind,
+				Constraints: &troupev1.Constraints{DistinctMachines: job.DistinctMachines, MatchLabels: job.MatchLabels}, Submitted: timestampAt(now),
+				Template: &troupev1.TaskTemplate{Command: "sim", Requests: map[string]int64{"cpu": t.CPU, "memory": t.Memory}}},
+			Status: &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_PENDING},
+		})
+	}
+	return tasks
+}
+
+// End writes into g the end of task t, bound to a machine: it is unbound
+// (its requests given back) and succeeded. It returns the task as
+// written.
+func End(g *clientlib.Group, t *troupev1.Task) *troupev1.Task {
+	m := t.GetBinding().GetMachine()
+	done := clientlib.Unbind(g, t)
+	done.Status = &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_SUCCEEDED, Machine: m}
+	clientlib.PutObject(g, clientlib.Tasks, done)
+	return done
+}
+
+// Epoch is the wall time virtual time 0 maps to.
+func Epoch() time.Time { return epoch }
 
 // schedulerFor returns the scheduler that takes job: among those serving
 // its type, the one whose partition its hash falls in.
@@ -470,7 +504,11 @@ func (s *Simulator) finishDecision(sc *simScheduler, js *jobState, plan *framewo
 	for _, p := range res.Committed {
 		s.placed(js, p, res)
 	}
+	attempt := js.policy.Attempt()
 	a := s.cfg.Policy.After(&js.policy, scheduler.Outcome{Placed: len(res.Committed), Conflicted: len(res.Conflicted), Unfit: len(plan.Failures)})
+	if s.cfg.Observe != nil {
+		s.cfg.Observe(s.now, sc.cfg.Name, scheduler.Decision{Job: js.key, Attempt: attempt, Plan: plan, Result: res, Action: a})
+	}
 	switch a.Step {
 	case scheduler.Done:
 		js.done = len(js.unbound) == 0 // unless it preempted tasks of its own
@@ -485,8 +523,9 @@ func (s *Simulator) finishDecision(sc *simScheduler, js *jobState, plan *framewo
 	case scheduler.BackOff:
 		s.at(s.now+a.Delay, func() { s.enqueue(js) })
 	case scheduler.Wait:
-		js.waiting = true
-		s.waiting = append(s.waiting, js)
+		s.waits++
+		js.waiting, js.wait = true, s.waits
+		s.waiting = append(s.waiting, jobWait{js, s.waits})
 		s.at(s.now+a.Delay, func() {
 			if js.waiting {
 				s.enqueue(js)
@@ -568,10 +607,7 @@ func (s *Simulator) end(js *jobState, i int32) {
 	t := js.tasks[i]
 	m := t.GetBinding().GetMachine()
 	tx := clientlib.NewTxn(s.store)
-	g := tx.Group()
-	done := clientlib.Unbind(g, t)
-	done.Status = &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_SUCCEEDED, Machine: m}
-	clientlib.PutObject(g, clientlib.Tasks, done)
+	done := End(tx.Group(), t)
 	out, err := tx.Commit(context.Background())
 	if err == nil {
 		err = out.Err()
@@ -592,11 +628,11 @@ func (s *Simulator) end(js *jobState, i int32) {
 func (s *Simulator) wake(m *framework.Machine) {
 	kept := s.waiting[:0]
 	for _, w := range s.waiting {
-		if !w.waiting {
-			continue // queued since
+		if !w.js.waiting || w.js.wait != w.n {
+			continue // queued since (and maybe waiting again, from a later place)
 		}
-		if scheduler.Wakes(w.waitingFor(), m) {
-			s.enqueue(w)
+		if scheduler.Wakes(w.js.waitingFor(), m) {
+			s.enqueue(w.js)
 			continue
 		}
 		kept = append(kept, w)
@@ -706,6 +742,12 @@ type simMachine struct {
 	running  []*framework.Running // nil: to be worked out
 	down     bool
 	failures *rand.Rand
+}
+
+// jobWait is wait number n of a job.
+type jobWait struct {
+	js *jobState
+	n  uint64
 }
 
 // taskRef is task i of a job.
