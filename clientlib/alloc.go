@@ -23,21 +23,22 @@ func BindingKey(t *troupev1.Task) string {
 		TaskRef(t.GetMetadata().GetNamespace(), t.GetSpec().GetJob(), t.GetSpec().GetIndex())
 }
 
-// Unbind adds to group g what takes bound task t off its machine: its
-// Binding is deleted (the agent stops it) and its requests are given back
-// to the machine's counters. It returns t without its binding, for the
-// caller to write with the status it wants.
+// Unbind adds to group g what takes task t off its machine, if it is
+// bound: its Binding is deleted (the agent stops it) and its requests are
+// given back to the machine's counters. It returns a copy of t without its
+// binding, bound or not, for the caller to change and write with the status
+// it wants; t itself (a cached object, say) is left as it is.
 func Unbind(g *Group, t *troupev1.Task) *troupev1.Task {
+	out := proto.Clone(t).(*troupev1.Task)
+	out.Binding = nil
 	m := t.GetBinding().GetMachine()
 	if m == "" {
-		return t
+		return out
 	}
 	g.Delete(BindingKey(t))
 	req := t.GetSpec().GetTemplate().GetRequests()
 	for _, r := range slices.Sorted(maps.Keys(req)) {
 		g.Add(AllocKey(m, r), -req[r], 0, math.MaxInt64)
 	}
-	out := proto.Clone(t).(*troupev1.Task)
-	out.Binding = nil
 	return out
 }

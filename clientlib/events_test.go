@@ -2,6 +2,7 @@ package clientlib_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/troupe-cluster/troupe/clientlib"
+	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 )
 
@@ -61,15 +63,10 @@ func startRecorder(t *testing.T, tune func(*clientlib.EventRecorderConfig)) (con
 // waitStats waits until the recorder's counts satisfy cond.
 func waitStats(t *testing.T, ctx context.Context, r *clientlib.EventRecorder, cond func(clientlib.EventStats) bool) {
 	t.Helper()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond(r.Stats()) {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("recorder stats %+v: condition not reached", r.Stats())
-		case <-tick.C:
-		}
-	}
+	wait.Until(ctx, t, "the recorder's counts", func() (bool, string) {
+		st := r.Stats()
+		return cond(st), fmt.Sprintf("recorder stats %+v", st)
+	})
 }
 
 func listEvents(t *testing.T, s clientlib.Store, k clientlib.Kind[*troupev1.Event], within string) []*troupev1.Event {

@@ -10,6 +10,7 @@ import (
 	"github.com/troupe-cluster/troupe/cellstore/node"
 	"github.com/troupe-cluster/troupe/clientlib"
 	"github.com/troupe-cluster/troupe/clientlib/cache"
+	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 )
 
@@ -55,7 +56,7 @@ func (l *versionLog) check(t *testing.T) {
 // converged waits until the cache holds exactly what the store does.
 func converged(ctx context.Context, t *testing.T, c *clientlib.Client, inf *cache.Informer[*troupev1.Task]) {
 	t.Helper()
-	waitUntilClient(ctx, t, "cache to converge", func() (bool, string) {
+	wait.Until(ctx, t, "cache to converge", func() (bool, string) {
 		want, _, err := clientlib.List(ctx, c, clientlib.Tasks, "")
 		if err != nil {
 			return false, err.Error()
@@ -203,7 +204,7 @@ func TestStartPoliciesAcrossClients(t *testing.T) {
 	}
 	bad := testTask("x", 0, "")
 	bad.Spec.Template.Command = "/bin/rm"
-	waitUntilClient(ctx, t, "the policy to reach the second client", func() (bool, string) {
+	wait.Until(ctx, t, "the policy to reach the second client", func() (bool, string) {
 		loaded := user.Validator().Loaded()
 		return loaded["no-root"] != 0, fmt.Sprint(loaded)
 	})

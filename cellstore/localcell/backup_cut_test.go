@@ -16,6 +16,7 @@ import (
 	"github.com/troupe-cluster/troupe/cellstore/localcell"
 	"github.com/troupe-cluster/troupe/cellstore/node"
 	"github.com/troupe-cluster/troupe/cellstore/statemachine"
+	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -106,7 +107,7 @@ func TestBackupIsConsistentCut(t *testing.T) {
 			orders.Add(1)
 		}
 	})
-	waitFor(ctx, t, "load to run", func() (bool, string) {
+	wait.Until(ctx, t, "load to run", func() (bool, string) {
 		return transfers.Load() >= 50 && orders.Load() >= 10, fmt.Sprintf("%d transfers, %d ordered pairs", transfers.Load(), orders.Load())
 	})
 	path := filepath.Join(t.TempDir(), "cell.backup")
@@ -117,7 +118,7 @@ func TestBackupIsConsistentCut(t *testing.T) {
 	took := time.Since(t0)
 	during.Store(false)
 	done := transfers.Load()
-	waitFor(ctx, t, "transfers after the backup", func() (bool, string) {
+	wait.Until(ctx, t, "transfers after the backup", func() (bool, string) {
 		return transfers.Load() >= done+20, fmt.Sprintf("%d transfers", transfers.Load())
 	})
 	close(stop)

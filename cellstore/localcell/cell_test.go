@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/troupe-cluster/troupe/cellstore/node"
+	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -485,18 +486,8 @@ func TestLeaderFailure(t *testing.T) {
 	// below (only reads of the cell happen meanwhile).
 	elected := make(chan time.Duration, 1)
 	go func() {
-		tick := time.NewTicker(time.Millisecond)
-		defer tick.Stop()
-		for {
-			if _, ok := c.leader(0); ok {
-				elected <- time.Since(stopped)
-				return
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
+		if wait.Poll(ctx, "a leader of shard 0", func() bool { _, ok := c.leader(0); return ok }) == nil {
+			elected <- time.Since(stopped)
 		}
 	}()
 
@@ -610,7 +601,7 @@ func TestRestartAllReplicas(t *testing.T) {
 	}
 	// A node reopens at its last flush and replays the rest of its Raft
 	// log: wait (bounded) for the revisions it had.
-	waitFor(ctx, t, "the revisions from before the restart", func() (bool, string) {
+	wait.Until(ctx, t, "the revisions from before the restart", func() (bool, string) {
 		for i := range c.Size() {
 			for sh := range c.shards {
 				if c.Node(i).StateMachine(sh) == nil {
@@ -718,7 +709,7 @@ func TestLaggingReplicaCatchesUpBySnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := c.Node(lag)
-	waitFor(ctx, t, "the restarted node to catch up", func() (bool, string) {
+	wait.Until(ctx, t, "the restarted node to catch up", func() (bool, string) {
 		for sh := range c.shards {
 			m, lm := n.StateMachine(sh), c.Node(leaders[sh]).StateMachine(sh)
 			if m == nil || m.AppliedIndex() < lm.AppliedIndex() {

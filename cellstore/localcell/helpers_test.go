@@ -15,6 +15,7 @@ import (
 	"github.com/troupe-cluster/troupe/cellstore/localcell"
 	"github.com/troupe-cluster/troupe/cellstore/node"
 	"github.com/troupe-cluster/troupe/cellstore/pki"
+	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -160,7 +161,7 @@ func (c *testCell) leader(shard uint32) (int, bool) {
 func (c *testCell) waitLeader(ctx context.Context, shard uint32) int {
 	c.t.Helper()
 	var l int
-	waitFor(ctx, c.t, fmt.Sprintf("a leader of shard %d", shard), func() (bool, string) {
+	wait.Until(ctx, c.t, fmt.Sprintf("a leader of shard %d", shard), func() (bool, string) {
 		var ok bool
 		l, ok = c.leader(shard)
 		return ok, "no running node leads it"
@@ -172,7 +173,7 @@ func (c *testCell) waitLeader(ctx context.Context, shard uint32) int {
 // index and reached the same revision on every shard.
 func (c *testCell) waitConverged(ctx context.Context) {
 	c.t.Helper()
-	waitFor(ctx, c.t, "replicas to converge", func() (bool, string) {
+	wait.Until(ctx, c.t, "replicas to converge", func() (bool, string) {
 		for sh := range c.shards {
 			var idx, rev []uint64
 			for _, i := range c.running() {
@@ -199,25 +200,6 @@ func (c *testCell) revisions(i int) []uint64 {
 		out[sh] = c.Node(i).StateMachine(sh).Revision()
 	}
 	return out
-}
-
-// waitFor polls cond until it holds, failing the test when ctx ends first;
-// cond's string says what it saw last.
-func waitFor(ctx context.Context, t *testing.T, what string, cond func() (bool, string)) {
-	t.Helper()
-	tick := time.NewTicker(pollInterval)
-	defer tick.Stop()
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s: %s", what, last)
-		case <-tick.C:
-		}
-	}
 }
 
 // retryable reports whether an RPC may be retried: the request was refused

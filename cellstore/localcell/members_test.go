@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/troupe-cluster/troupe/cellstore/node"
+	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -57,7 +58,7 @@ func TestGrowAndShrinkWhileServing(t *testing.T) {
 			w.acked()-before, w.longestGap(before).Round(time.Millisecond))
 		w.waitFor(ctx, t, before+20)
 	}
-	waitFor(ctx, t, "the new members to receive snapshots", func() (bool, string) {
+	wait.Until(ctx, t, "the new members to receive snapshots", func() (bool, string) {
 		for i := 1; i <= 2; i++ {
 			for sh := range c.shards {
 				if m := c.Node(i).StateMachine(sh); m == nil || m.SnapshotsRecovered() == 0 {
@@ -85,7 +86,7 @@ func TestGrowAndShrinkWhileServing(t *testing.T) {
 	}
 	// Node 2 leads shard 0 and node 3 shard 1 when they are removed.
 	for sh, target := range []int{1, 2} {
-		waitFor(ctx, t, fmt.Sprintf("node %d to lead shard %d", target+1, sh), func() (bool, string) {
+		wait.Until(ctx, t, fmt.Sprintf("node %d to lead shard %d", target+1, sh), func() (bool, string) {
 			l, ok := c.leader(uint32(sh))
 			if ok && l == target {
 				return true, ""
@@ -253,7 +254,7 @@ func TestNewMemberVotesOnceCaughtUp(t *testing.T) {
 	}()
 	// Watch the leader's replicas apply the promotions.
 	var promotedAt [shards]uint64
-	waitFor(ctx, t, "node 2's promotions", func() (bool, string) {
+	wait.Until(ctx, t, "node 2's promotions", func() (bool, string) {
 		info := leader.GetNodeHostInfo(dragonboat.NodeHostInfoOption{SkipLogInfo: true})
 		done := 0
 		for _, si := range info.ShardInfoList {
@@ -299,7 +300,7 @@ func TestNewMemberVotesOnceCaughtUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	for sh := range uint32(shards) {
-		waitFor(ctx, t, fmt.Sprintf("restarted node 2 to lead shard %d", sh), func() (bool, string) {
+		wait.Until(ctx, t, fmt.Sprintf("restarted node 2 to lead shard %d", sh), func() (bool, string) {
 			if l, ok := c.leader(sh); ok && l == 1 {
 				return true, ""
 			}
@@ -409,7 +410,7 @@ func (w *writer) longestGap(from int) time.Duration {
 // failed.
 func (w *writer) waitFor(ctx context.Context, t *testing.T, n int) {
 	t.Helper()
-	waitFor(ctx, t, fmt.Sprintf("%d acknowledged commits", n), func() (bool, string) {
+	wait.Until(ctx, t, fmt.Sprintf("%d acknowledged commits", n), func() (bool, string) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		if w.err != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/troupe-cluster/troupe/cellstore/node"
 	"github.com/troupe-cluster/troupe/cellstore/pki"
+	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -280,7 +281,7 @@ func TestRenewWhileServing(t *testing.T) {
 		defer conn.Close()
 		return conn.ConnectionState().PeerCertificates[0].SerialNumber.String()
 	}
-	waitFor(ctx, t, "load", func() (bool, string) { return commits.Load() > 50, fmt.Sprint(commits.Load(), " commits") })
+	wait.Until(ctx, t, "load", func() (bool, string) { return commits.Load() > 50, fmt.Sprint(commits.Load(), " commits") })
 	for round := range 2 {
 		old := serial()
 		for i := range c.Size() {
@@ -296,7 +297,7 @@ func TestRenewWhileServing(t *testing.T) {
 			t.Fatalf("round %d: node 0 still presents certificate %s after its renewal", round, old)
 		}
 		n := commits.Load()
-		waitFor(ctx, t, "commits after the renewal", func() (bool, string) { return commits.Load() > n+50, fmt.Sprint(commits.Load()-n, " commits") })
+		wait.Until(ctx, t, "commits after the renewal", func() (bool, string) { return commits.Load() > n+50, fmt.Sprint(commits.Load()-n, " commits") })
 	}
 	close(stop)
 	wg.Wait()
@@ -340,7 +341,7 @@ func TestFloodingIdentityIsThrottled(t *testing.T) {
 			}
 		})
 	}
-	waitFor(ctx, t, "the flooder throttled", func() (bool, string) { return exhausted.Load() > 0, "none yet" })
+	wait.Until(ctx, t, "the flooder throttled", func() (bool, string) { return exhausted.Load() > 0, "none yet" })
 	for i := range 100 {
 		_, err := other.Commit(ctx, &storev1.CommitRequest{TxnId: c.txnID(), Groups: []*storev1.Group{group(addOp("/alloc/m1/cpu", 1, 0, 1000))}})
 		if err != nil {

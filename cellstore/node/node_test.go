@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -162,7 +163,11 @@ func TestParseMembers(t *testing.T) {
 }
 
 // Concurrent commits to one shard are group-committed: each still gets its
-// own outcome and revision, exactly once.
+// own outcome and revision, exactly once, and they take fewer Raft entries
+// than commits. The shard's proposer is held (every slot for an entry in
+// flight taken) until all the commits are queued, so that they are known
+// to be waiting together when it goes on: they take one entry per
+// maxBatchProposals.
 func TestGroupCommit(t *testing.T) {
 	cfg := testConfig(t, t.TempDir())
 	cfg.Shards = 1
@@ -189,6 +194,32 @@ func TestGroupCommit(t *testing.T) {
 			Ops: []*storev1.Op{{Op: &storev1.Op_Add{Add: &storev1.Add{Key: k, Delta: 1, Min: 0, Max: 10}}}},
 		}}}
 	}
+	// A first commit, alone, so that the applied index counts from the
+	// log's end: it passes over the entries Raft itself wrote at start.
+	first, err := c.Commit(ctx, req(-1))
+	if err != nil || !first.GetGroups()[0].GetCommitted() {
+		t.Fatalf("first commit: %v %v", first, err)
+	}
+	base := first.GetGroups()[0].GetRevision()
+	// Hold the proposer: take every slot (the first commit's entry gives
+	// its own back just after it answered).
+	pr := n.backend.proposers[0]
+	for range maxBatchesInFlight {
+		select {
+		case pr.slots <- struct{}{}:
+		case <-ctx.Done():
+			t.Fatal("the proposer's slots stay taken after the first commit")
+		}
+	}
+	var releaseOnce sync.Once
+	release := func() {
+		releaseOnce.Do(func() {
+			for range maxBatchesInFlight {
+				<-pr.slots
+			}
+		})
+	}
+	defer release()
 	before := n.StateMachine(0).AppliedIndex()
 	revs := make([]uint64, count)
 	errs := make([]error, count)
@@ -199,22 +230,34 @@ func TestGroupCommit(t *testing.T) {
 			if err == nil && !resp.GetGroups()[0].GetCommitted() {
 				err = fmt.Errorf("not committed: %v", resp.GetGroups()[0])
 			}
+			if err == nil {
+				revs[i] = resp.GetGroups()[0].GetRevision()
+			}
 			errs[i] = err
-			revs[i] = resp.GetGroups()[0].GetRevision()
 		})
 	}
+	// The proposer took the first commit and waits for a slot; the others
+	// wait in its queue.
+	wait.Until(ctx, t, fmt.Sprintf("%d commits queued behind the held proposer", count-1), func() (bool, string) {
+		return len(pr.queue) == count-1, fmt.Sprintf("%d queued", len(pr.queue))
+	})
+	release()
 	wg.Wait()
 	seen := map[uint64]bool{}
 	for i := range count {
 		if errs[i] != nil {
 			t.Fatalf("commit %d: %v", i, errs[i])
 		}
-		if revs[i] < 1 || revs[i] > count || seen[revs[i]] {
-			t.Fatalf("commit %d at revision %d: revisions must be 1..%d, each once", i, revs[i], count)
+		if revs[i] <= base || revs[i] > base+count || seen[revs[i]] {
+			t.Fatalf("commit %d at revision %d: revisions must be %d..%d, each once", i, revs[i], base+1, base+count)
 		}
 		seen[revs[i]] = true
 	}
-	t.Logf("%d commits in %d Raft entries", count, n.StateMachine(0).AppliedIndex()-before)
+	entries := n.StateMachine(0).AppliedIndex() - before
+	t.Logf("%d commits in %d Raft entries", count, entries)
+	if want := uint64((count + maxBatchProposals - 1) / maxBatchProposals); entries > want {
+		t.Fatalf("%d commits queued together took %d Raft entries, want %d (at most %d commits each)", count, entries, want, maxBatchProposals)
+	}
 	resp, err := c.Commit(ctx, req(7))
 	if err != nil || !resp.GetDuplicate() || resp.GetGroups()[0].GetRevision() != revs[7] {
 		t.Fatalf("retry of commit 7: %v %v, want the first outcome at %d", resp, err, revs[7])

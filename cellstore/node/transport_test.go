@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,6 +30,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/troupe-cluster/troupe/cellstore/pki"
+	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -529,21 +531,15 @@ func waitClosed(t *testing.T, c net.Conn) {
 // what, or fails the test after 10s.
 func waitLogged(t *testing.T, obs *observer.ObservedLogs, level zapcore.Level, what ...string) {
 	t.Helper()
-	found := func() bool {
-		for _, line := range strings.Split(logged(obs, level), "\n") {
-			all := true
-			for _, w := range what {
-				all = all && strings.Contains(line, w)
-			}
-			if all {
-				return true
+	wait.Until(t.Context(), t, fmt.Sprintf("an entry logged at %v mentioning %q", level, what), func() (bool, string) {
+		all := logged(obs, level)
+		for _, line := range strings.Split(all, "\n") {
+			if !slices.ContainsFunc(what, func(w string) bool { return !strings.Contains(line, w) }) {
+				return true, ""
 			}
 		}
-		return false
-	}
-	if !poll(found) {
-		t.Fatalf("logged %q, want an entry mentioning %q", logged(obs, level), what)
-	}
+		return false, fmt.Sprintf("logged %q", all)
+	})
 }
 
 // A frame over its type's size limit, a corrupt payload, a bad magic
@@ -686,7 +682,7 @@ func TestTransportCloseEndsGoroutines(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer raw.Close()
-	waitFor(t, "3 connections served", func() bool {
+	wait.Until(t.Context(), t, "3 connections served", func() bool {
 		tr.mu.Lock()
 		defer tr.mu.Unlock()
 		return len(tr.conns) == 3
@@ -698,7 +694,7 @@ func TestTransportCloseEndsGoroutines(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Close waited for them; one may still be returning.
-	waitFor(t, "transport goroutines ended", func() bool { return len(transportGoroutines()) == 0 })
+	wait.Until(t.Context(), t, "the transport goroutines to end", func() bool { return len(transportGoroutines()) == 0 })
 	if _, err := net.Dial("tcp", addr); err == nil {
 		t.Fatal("the listener accepts after Close")
 	}
@@ -708,29 +704,6 @@ func TestTransportCloseEndsGoroutines(t *testing.T) {
 			t.Fatal("sends go on after the server closed")
 		}
 	}
-}
-
-// waitFor polls cond until it holds, or fails the test after 10s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	if !poll(cond) {
-		t.Fatalf("%s: not in 10s", what)
-	}
-}
-
-// poll polls cond until it holds (true) or 10s passed (false).
-func poll(cond func() bool) bool {
-	deadline := time.After(10 * time.Second)
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-deadline:
-			return cond()
-		}
-	}
-	return true
 }
 
 // A dial gives up when its context ends, as Dragonboat's transport
@@ -832,7 +805,7 @@ func TestNodesOverMutualTLS(t *testing.T) {
 	}
 	rev := resp.GetGroups()[0].GetRevision()
 	for _, n := range nodes {
-		waitFor(t, fmt.Sprintf("node %d applied the commit", n.ID()), func() bool { m := n.StateMachine(0); return m != nil && m.Revision() >= rev })
+		wait.Until(t.Context(), t, fmt.Sprintf("node %d to apply the commit", n.ID()), func() bool { m := n.StateMachine(0); return m != nil && m.Revision() >= rev })
 	}
 }
 

@@ -4,66 +4,22 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
-	sm "github.com/lni/dragonboat/v4/statemachine"
-	"go.uber.org/zap"
-
-	"github.com/troupe-cluster/troupe/cellstore/statemachine"
 	"github.com/troupe-cluster/troupe/cellstore/watch"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
-// smBackend is a Backend of one unreplicated state machine per shard, on
-// an in-memory file system: the server without Raft.
-type smBackend struct {
-	mu    sync.Mutex
-	sms   []*statemachine.StateMachine
-	index []uint64
-}
-
-func newSMBackend(t *testing.T, shards int, hub *watch.Hub) *smBackend {
-	b := &smBackend{index: make([]uint64, shards)}
-	fs := vfs.NewMem()
-	for i := range shards {
-		m := statemachine.New(statemachine.Config{Dir: "/cell", Logger: zap.NewNop(), Observer: hub, FS: fs}, uint32(i))
-		hub.Attach(uint32(i), m)
-		if _, err := m.Open(nil); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { m.Close() })
-		b.sms = append(b.sms, m)
+// newMemBackend returns a MemBackend of shards shards feeding hub, closed
+// when the test ends.
+func newMemBackend(t *testing.T, shards uint32, hub *watch.Hub) *MemBackend {
+	t.Helper()
+	b, err := NewMemBackend(shards, hub)
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { b.Close() })
 	return b
-}
-
-func (b *smBackend) Propose(_ context.Context, shard uint32, p *storev1.Proposal) (*storev1.Outcome, error) {
-	cmd, err := statemachine.EncodeEntry(p)
-	if err != nil {
-		return nil, err
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.index[shard]++
-	out, err := b.sms[shard].Update([]sm.Entry{{Index: b.index[shard], Cmd: cmd}})
-	if err != nil {
-		return nil, err
-	}
-	outs, err := statemachine.DecodeResult(out[0].Result)
-	if err != nil {
-		return nil, err
-	}
-	return outs[0], nil
-}
-
-func (b *smBackend) Read(_ context.Context, shard uint32, q any, _ bool) (any, error) {
-	return b.sms[shard].Lookup(q)
-}
-
-func (b *smBackend) Status(context.Context) (*storev1.StatusResponse, error) {
-	return &storev1.StatusResponse{ShardCount: uint32(len(b.sms))}, nil
 }
 
 func newTestServer(t *testing.T, shards int, tune func(*Config)) *Server {
@@ -73,7 +29,7 @@ func newTestServer(t *testing.T, shards int, tune func(*Config)) *Server {
 	if tune != nil {
 		tune(&cfg)
 	}
-	s, err := New(cfg, newSMBackend(t, shards, hub), hub, uint32(shards))
+	s, err := New(cfg, newMemBackend(t, uint32(shards), hub), hub, uint32(shards))
 	if err != nil {
 		t.Fatal(err)
 	}

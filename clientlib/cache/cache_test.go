@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 )
 
@@ -108,30 +109,18 @@ func TestWorkQueueRateLimit(t *testing.T) {
 		if q.Failures("k") != i+1 {
 			t.Fatalf("failures %d, want %d", q.Failures("k"), i+1)
 		}
-		waitFor(t, func() bool { clock.mu.Lock(); defer clock.mu.Unlock(); return len(clock.waiters) > 0 })
+		wait.Until(t.Context(), t, "the queue to wait on the clock", func() bool { clock.mu.Lock(); defer clock.mu.Unlock(); return len(clock.waiters) > 0 })
 		clock.Advance(want*time.Millisecond - time.Millisecond)
 		if q.Len() != 0 {
 			t.Fatalf("attempt %d: queued before its %v backoff", i, want)
 		}
 		clock.Advance(time.Millisecond)
-		waitFor(t, func() bool { return q.Len() == 1 })
+		wait.Until(t.Context(), t, fmt.Sprintf("attempt %d queued after its backoff", i), func() bool { return q.Len() == 1 })
 		q.Done(get(t, q))
 	}
 	q.Forget("k")
 	if q.Failures("k") != 0 {
 		t.Fatal("Forget kept the failures")
-	}
-}
-
-// waitFor polls cond until it holds, failing after a deadline.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 

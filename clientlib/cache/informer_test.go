@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 )
@@ -137,13 +138,10 @@ func TestInformerListWatchRelist(t *testing.T) {
 	if err := in.WaitForSync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for in.Relists() == 0 || in.Indexer().Len() != 3 || len(in.Indexer().IndexKeys("schedulable", "true")) != 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("cache did not converge: %v", in.Indexer().Keys())
-		}
-		time.Sleep(time.Millisecond)
-	}
+	wait.Until(ctx, t, "the cache to relist and converge", func() (bool, string) {
+		return in.Relists() > 0 && in.Indexer().Len() == 3 && len(in.Indexer().IndexKeys("schedulable", "true")) == 2,
+			fmt.Sprintf("%d relists, keys %v", in.Relists(), in.Indexer().Keys())
+	})
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run returned %v", err)

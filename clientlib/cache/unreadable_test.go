@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 )
@@ -80,8 +81,6 @@ func TestInformerSkipsUnreadableValues(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	go in.Run(ctx)
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
 	want := []string{
 		"add /machines/a",
 		"unreadable /machines/b: /machines/b@2 is no machine",
@@ -93,21 +92,11 @@ func TestInformerSkipsUnreadableValues(t *testing.T) {
 		// The relist: e is unreadable again, a still is, d is new.
 		"delete /machines/e (unreadable: true)",
 	}
-	for {
+	wait.Until(ctx, t, fmt.Sprintf("%d handler calls", len(want)+2), func() (bool, string) { // and d's and e's reports
 		mu.Lock()
-		n := len(calls)
-		mu.Unlock()
-		if n == len(want)+2 { // and d's and e's reports
-			break
-		}
-		select {
-		case <-ctx.Done():
-			mu.Lock()
-			defer mu.Unlock()
-			t.Fatalf("handler calls: %v", calls)
-		case <-tick.C:
-		}
-	}
+		defer mu.Unlock()
+		return len(calls) == len(want)+2, fmt.Sprintf("handler calls: %v", calls)
+	})
 	cancel()
 	mu.Lock()
 	defer mu.Unlock()

@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/troupe-cluster/troupe/clientlib"
+	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 )
 
@@ -110,23 +110,12 @@ func CheckReportedOnce(ctx context.Context, t testing.TB, s clientlib.Store, log
 	}
 }
 
-// Until polls cond every 10 ms until it returns nil, and fails t with
-// cond's last error if ctx ends first.
+// Until polls cond until it returns nil, and fails t with cond's last
+// error if ctx ends first: wait.Until without a name for what it awaits
+// (prefer that, which names it in the failure).
 func Until(ctx context.Context, t testing.TB, cond func() error) {
 	t.Helper()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%v (%v)", err, ctx.Err())
-		case <-tick.C:
-		}
-	}
+	wait.Until(ctx, t, "the condition", cond)
 }
 
 // Observed starts a cell for a test of what a reader does with values it

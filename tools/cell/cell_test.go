@@ -13,6 +13,7 @@ import (
 
 	"github.com/troupe-cluster/troupe/agents/runtime/runtimetest"
 	"github.com/troupe-cluster/troupe/clientlib"
+	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 	"github.com/troupe-cluster/troupe/tools/cell"
 )
@@ -52,24 +53,6 @@ func (e *env) tasks(job string) []*troupev1.Task {
 	return ts
 }
 
-// until polls cond (which says what it saw) until it holds.
-func (e *env) until(what string, cond func() (bool, string)) {
-	e.t.Helper()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ok, saw := cond()
-		if ok {
-			return
-		}
-		select {
-		case <-e.ctx.Done():
-			e.t.Fatalf("%s: gave up; last saw %s", what, saw)
-		case <-tick.C:
-		}
-	}
-}
-
 func phases(ts []*troupev1.Task) map[string]int {
 	out := map[string]int{}
 	for _, t := range ts {
@@ -84,7 +67,7 @@ func TestHundredRealTasks(t *testing.T) {
 	e := start(t, cell.Config{ExecMachine: "local", ExecCapacity: map[string]int64{"cpu": 4000, "memory": 1 << 30}})
 	e.submit("hundred", &troupev1.JobSpec{Count: 100, Template: &troupev1.TaskTemplate{Command: "/bin/sh",
 		Args: []string{"-c", `echo "done $TROUPE_TASK"`}, Requests: map[string]int64{"cpu": 100}}})
-	e.until("100 tasks succeeded", func() (bool, string) {
+	wait.Until(e.ctx, e.t, "100 tasks succeeded", func() (bool, string) {
 		p := phases(e.tasks("hundred"))
 		return p["TASK_PHASE_SUCCEEDED"] == 100, fmt.Sprint(p)
 	})
@@ -97,7 +80,7 @@ func TestHundredRealTasks(t *testing.T) {
 	}
 	j, _ := clientlib.Get(e.ctx, e.c.Client, clientlib.Jobs, "/jobs/e2e/hundred")
 	if j.GetStatus().GetPhase() != troupev1.JobPhase_JOB_PHASE_SUCCEEDED {
-		e.until("job succeeded", func() (bool, string) {
+		wait.Until(e.ctx, e.t, "job succeeded", func() (bool, string) {
 			j, _ := clientlib.Get(e.ctx, e.c.Client, clientlib.Jobs, "/jobs/e2e/hundred")
 			return j.GetStatus().GetPhase() == troupev1.JobPhase_JOB_PHASE_SUCCEEDED, j.GetStatus().String()
 		})
@@ -125,7 +108,7 @@ func TestServiceSurvivesMachineLoss(t *testing.T) {
 		return on, strings.Join(saw, " ")
 	}
 	var victim string
-	e.until("3 replicas running", func() (bool, string) {
+	wait.Until(e.ctx, e.t, "3 replicas running", func() (bool, string) {
 		on, saw := running()
 		if on[""] {
 			t.Fatalf("a task runs without a binding: %s", saw)
@@ -139,7 +122,7 @@ func TestServiceSurvivesMachineLoss(t *testing.T) {
 	t.Logf("before: %s; stopping %s", before, victim)
 	lostAt := time.Now()
 	e.c.StopAgent(victim)
-	e.until("3 replicas running again, none on the lost machine", func() (bool, string) {
+	wait.Until(e.ctx, e.t, "3 replicas running again, none on the lost machine", func() (bool, string) {
 		on, saw := running()
 		return len(on) == 3 && !on[victim], saw
 	})
@@ -158,7 +141,7 @@ func TestGangAllOrNothing(t *testing.T) {
 	long := durationpb.New(time.Hour)
 	// Three tasks of 1500 cpu: only two machines can take one each.
 	e.submit("toobig", &troupev1.JobSpec{Count: 3, GangMin: 3, Template: &troupev1.TaskTemplate{Command: "x", SimDuration: long, Requests: map[string]int64{"cpu": 1500}}})
-	e.until("the gang scheduler found the gang does not fit", func() (bool, string) {
+	wait.Until(e.ctx, e.t, "the gang scheduler found the gang does not fit", func() (bool, string) {
 		st := e.c.Schedulers["gang-0"].Stats()
 		return st.Unschedulable > 0, fmt.Sprint(st)
 	})
@@ -169,7 +152,7 @@ func TestGangAllOrNothing(t *testing.T) {
 	}
 	// Four tasks of 1000 cpu fit exactly, and go together.
 	e.submit("fits", &troupev1.JobSpec{Count: 4, GangMin: 4, Template: &troupev1.TaskTemplate{Command: "x", SimDuration: long, Requests: map[string]int64{"cpu": 1000}}})
-	e.until("the whole gang runs", func() (bool, string) {
+	wait.Until(e.ctx, e.t, "the whole gang runs", func() (bool, string) {
 		p := phases(e.tasks("fits"))
 		return p["TASK_PHASE_RUNNING"] == 4, fmt.Sprint(p)
 	})
@@ -184,12 +167,12 @@ func TestHighPriorityPreemptsBatch(t *testing.T) {
 	e := start(t, cell.Config{Shards: 3, Hollow: 1, HollowCapacity: map[string]int64{"cpu": 2000, "memory": 1 << 30}})
 	long := durationpb.New(time.Hour)
 	e.submit("filler", &troupev1.JobSpec{Count: 4, Priority: 0, Template: &troupev1.TaskTemplate{Command: "x", SimDuration: long, Requests: map[string]int64{"cpu": 500}}})
-	e.until("the machine is full", func() (bool, string) {
+	wait.Until(e.ctx, e.t, "the machine is full", func() (bool, string) {
 		p := phases(e.tasks("filler"))
 		return p["TASK_PHASE_RUNNING"] == 4, fmt.Sprint(p)
 	})
 	e.submit("urgent", &troupev1.JobSpec{Count: 1, Priority: 50, Template: &troupev1.TaskTemplate{Command: "x", SimDuration: long, Requests: map[string]int64{"cpu": 1000}}})
-	e.until("the urgent task runs", func() (bool, string) {
+	wait.Until(e.ctx, e.t, "the urgent task runs", func() (bool, string) {
 		p := phases(e.tasks("urgent"))
 		return p["TASK_PHASE_RUNNING"] == 1, fmt.Sprint(p)
 	})
@@ -204,7 +187,7 @@ func TestHighPriorityPreemptsBatch(t *testing.T) {
 	}
 	// The victims' job tells why, and so does the newcomer's.
 	for job, reason := range map[string]string{"filler": "Preempted", "urgent": "Scheduled"} {
-		e.until(job+" has a "+reason+" event", func() (bool, string) {
+		wait.Until(e.ctx, e.t, job+" has a "+reason+" event", func() (bool, string) {
 			evs, _, err := clientlib.List(e.ctx, e.c.Client, clientlib.Events, "e2e/"+job+"/")
 			if err != nil {
 				return false, err.Error()

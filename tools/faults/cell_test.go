@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -49,7 +50,7 @@ func TestPartitionIsolatesNode(t *testing.T) {
 	follower := (leader + 1) % c.Size()
 	commit := func(key string) {
 		t.Helper()
-		waitUntil(t, func() bool {
+		wait.Until(ctx, t, "the leader to commit "+key, func() bool {
 			cctx, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()
 			resp, err := c.direct[leader].Commit(cctx, &storev1.CommitRequest{TxnId: key, Groups: []*storev1.Group{{
@@ -66,7 +67,7 @@ func TestPartitionIsolatesNode(t *testing.T) {
 		return resp.GetKv(), err
 	}
 	commit("/faults/before")
-	waitUntil(t, func() bool { kv, err := staleRead(follower, "/faults/before"); return err == nil && kv != nil })
+	wait.Until(ctx, t, "the follower to read /faults/before", func() bool { kv, err := staleRead(follower, "/faults/before"); return err == nil && kv != nil })
 
 	for j := range c.Size() {
 		if j != follower {
@@ -85,7 +86,7 @@ func TestPartitionIsolatesNode(t *testing.T) {
 	if err := c.Heal(); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, func() bool { kv, err := staleRead(follower, "/faults/during4"); return err == nil && kv != nil })
+	wait.Until(ctx, t, "the follower to read /faults/during4", func() bool { kv, err := staleRead(follower, "/faults/during4"); return err == nil && kv != nil })
 
 	if err := c.Kill(follower); err != nil {
 		t.Fatal(err)
@@ -93,7 +94,7 @@ func TestPartitionIsolatesNode(t *testing.T) {
 	if err := c.Start(follower); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, func() bool { kv, err := staleRead(follower, "/faults/during4"); return err == nil && kv != nil })
+	wait.Until(ctx, t, "the follower to read /faults/during4", func() bool { kv, err := staleRead(follower, "/faults/during4"); return err == nil && kv != nil })
 	if p := c.Problems(); len(p) > 0 {
 		t.Errorf("problems: %q", p)
 	}

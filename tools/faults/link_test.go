@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
 )
 
 // echoServer echoes every connection on loopback and counts them.
@@ -99,7 +101,7 @@ func TestLinkForwardsBlocksAndUnblocks(t *testing.T) {
 	if _, err := during.Write([]byte("lost")); err != nil {
 		t.Fatalf("write into a blocked link: %v (want it swallowed)", err)
 	}
-	waitUntil(t, func() bool { return l.open() == 1 }) // the link holds the dead end
+	wait.Until(t.Context(), t, "the link to hold the dead end", func() bool { return l.open() == 1 })
 
 	l.Unblock()
 	if _, err := during.Read(make([]byte, 1)); err == nil {
@@ -111,20 +113,6 @@ func TestLinkForwardsBlocksAndUnblocks(t *testing.T) {
 	}
 	if n := e.accepted.Load(); n != 2 {
 		t.Errorf("the server accepted %d connections, want 2 (none while blocked)", n)
-	}
-}
-
-// waitUntil polls cond until it holds, for at most 10 seconds.
-func waitUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		<-tick.C
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/troupe-cluster/troupe/cellstore/pki"
 	"github.com/troupe-cluster/troupe/clientlib"
 	"github.com/troupe-cluster/troupe/clientlib/clienttest"
+	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 )
 
@@ -38,7 +39,7 @@ func TestAgentHollow(t *testing.T) {
 	}
 	defer agent.Process.Kill()
 	names := []string{"rack1-hollow-0000", "rack1-hollow-0001", "rack1-hollow-0002"}
-	waitFor(t, ctx, func() error {
+	wait.Until(ctx, t, "the hollow machines and their leases", func() error {
 		for _, n := range names {
 			m, err := clientlib.Get(ctx, c, clientlib.Machines, clientlib.Machines.Prefix+n)
 			if err != nil {
@@ -60,7 +61,7 @@ func TestAgentHollow(t *testing.T) {
 		Task: &troupev1.TaskSpec{Job: "sim", Template: &troupev1.TaskTemplate{Command: "x", SimDuration: durationpb.New(time.Millisecond)}}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, func() error {
+	wait.Until(ctx, t, "the run of ns/sim/0 to succeed", func() error {
 		r, err := clientlib.Get(ctx, c, clientlib.Runs, clientlib.Runs.Prefix+names[1]+"/ns/sim/0")
 		if err == nil && r.GetPhase() != troupev1.RunPhase_RUN_PHASE_SUCCEEDED {
 			err = fmt.Errorf("run %v", r)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/troupe-cluster/troupe/cellstore/pki"
 	"github.com/troupe-cluster/troupe/clientlib"
+	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 	"github.com/troupe-cluster/troupe/tools/cell"
 )
@@ -90,7 +91,7 @@ func TestGetDescribeWatch(t *testing.T) {
 	go func() {
 		watched <- watch(watchCtx, append([]string{"tasks", "-l", "app=greet"}, endpoint...), &watchOut, &watchErr)
 	}()
-	waitFor(t, ctx, contains(func() (string, error) { return watchErr.String(), nil }, "Watching tasks"))
+	wait.Until(ctx, t, "the watch to start", contains(func() (string, error) { return watchErr.String(), nil }, "Watching tasks"))
 
 	for _, j := range []struct {
 		name string
@@ -104,7 +105,7 @@ func TestGetDescribeWatch(t *testing.T) {
 		}
 	}
 	var job *troupev1.Job
-	waitFor(t, ctx, func() error {
+	wait.Until(ctx, t, "job greet to succeed", func() error {
 		job, err = clientlib.Get(ctx, c.Client, clientlib.Jobs, "/jobs/default/greet")
 		if err == nil && job.GetStatus().GetPhase() != troupev1.JobPhase_JOB_PHASE_SUCCEEDED {
 			err = fmt.Errorf("job greet: %v", job.GetStatus())
@@ -133,16 +134,16 @@ func TestGetDescribeWatch(t *testing.T) {
 	}
 
 	// The job controller's events, written in the background.
-	waitFor(t, ctx, contains(cli(describe, "job", "greet"), "Name: greet", "Status: SUCCEEDED", "Tasks: 2 SUCCEEDED",
+	wait.Until(ctx, t, "describe job greet", contains(cli(describe, "job", "greet"), "Name: greet", "Status: SUCCEEDED", "Tasks: 2 SUCCEEDED",
 		"Schedulers:", "batch-0", "Events:", "TasksCreated", "Created 2 task(s) of 2", "Succeeded", "All 2 task(s) succeeded"))
-	waitFor(t, ctx, contains(cli(describe, "task", "default/greet-1"), "Job: greet", "Status: SUCCEEDED", "SUCCEEDED",
+	wait.Until(ctx, t, "describe task default/greet-1", contains(cli(describe, "task", "default/greet-1"), "Job: greet", "Status: SUCCEEDED", "SUCCEEDED",
 		"Run:", "/runs/hollow-", "Attempts:", "completed"))
-	waitFor(t, ctx, contains(cli(describe, "machine", cell.HollowName(0)), "Resources:", "cpu 4000m", "Lease:", "held by"))
+	wait.Until(ctx, t, "describe machine "+cell.HollowName(0), contains(cli(describe, "machine", cell.HollowName(0)), "Resources:", "cpu 4000m", "Lease:", "held by"))
 	if _, err := cli(describe, "task", "greet")(); err == nil || !strings.Contains(err.Error(), "not <job>-<index>") {
 		t.Fatalf("describe task greet: %v", err)
 	}
 
-	waitFor(t, ctx, contains(func() (string, error) { return watchOut.String(), nil },
+	wait.Until(ctx, t, "the watch to show the tasks", contains(func() (string, error) { return watchOut.String(), nil },
 		"ADDED task default/greet-0", "MODIFIED task default/greet-1 SUCCEEDED on hollow-"))
 	stopWatch()
 	if err := <-watched; err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/troupe-cluster/troupe/cellstore/keyspace"
 	"github.com/troupe-cluster/troupe/cellstore/localcell"
 	"github.com/troupe-cluster/troupe/cellstore/pki"
+	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -130,12 +131,12 @@ func TestKillDriverAfterPrepare(t *testing.T) {
 		return cell.clients[node].Commit(ctx, &storev1.CommitRequest{TxnId: txn, Groups: []*storev1.Group{{Ops: []*storev1.Op{put(k, txn)}}}})
 	}
 	// The cell is ready when a single-shard commit goes through node 1.
-	waitFor(t, ctx, func() error { _, err := write(1, "ready", "/machines/ready"); return err })
+	wait.Until(ctx, t, "a commit through node 1", func() error { _, err := write(1, "ready", "/machines/ready"); return err })
 
 	cross := &storev1.CommitRequest{TxnId: "cross", Groups: []*storev1.Group{{Ops: []*storev1.Op{put(a, "x"), put(b, "x")}}}}
 	go cell.clients[0].Commit(ctx, cross) // node 0 prepares, then waits
 	// Once prepared, writers of b fail at once, naming it.
-	waitFor(t, ctx, func() error {
+	wait.Until(ctx, t, "writes of "+b+" to meet the prepared intent", func() error {
 		resp, err := write(2, fmt.Sprintf("probe-%d", time.Now().UnixNano()), b)
 		if err != nil {
 			return err
@@ -147,7 +148,7 @@ func TestKillDriverAfterPrepare(t *testing.T) {
 	})
 	cell.kill(t, 0)
 	// The survivors resolve it after its timeout: b takes writes again.
-	waitFor(t, ctx, func() error {
+	wait.Until(ctx, t, "writes of "+b+" after the driver died", func() error {
 		resp, err := write(1, fmt.Sprintf("after-%d", time.Now().UnixNano()), b)
 		if err == nil && !resp.GetGroups()[0].GetCommitted() {
 			err = fmt.Errorf("write of %s after the driver died: %v", b, resp.GetGroups()[0])
@@ -158,7 +159,7 @@ func TestKillDriverAfterPrepare(t *testing.T) {
 		t.Fatalf("%s after recovery: %v %v; want the committed write", a, g, err)
 	}
 	var resp *storev1.CommitResponse
-	waitFor(t, ctx, func() (err error) { resp, err = cell.clients[1].Commit(ctx, cross); return err })
+	wait.Until(ctx, t, "the retry of the killed driver's request", func() (err error) { resp, err = cell.clients[1].Commit(ctx, cross); return err })
 	if !resp.GetGroups()[0].GetCommitted() || !resp.GetDuplicate() {
 		t.Fatalf("retry of the killed driver's request: %v", resp)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/troupe-cluster/troupe/cellstore/pki"
 	"github.com/troupe-cluster/troupe/clientlib"
 	"github.com/troupe-cluster/troupe/clientlib/clienttest"
+	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 )
 
@@ -68,7 +69,7 @@ func TestRoleProcesses(t *testing.T) {
 			SimDuration: durationpb.New(10 * time.Millisecond), Requests: map[string]int64{"cpu": 500}}}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, func() error {
+	wait.Until(ctx, t, "job sims to succeed", func() error {
 		j, err := clientlib.Get(ctx, c, clientlib.Jobs, clientlib.Jobs.Prefix+"default/sims")
 		if err == nil && j.GetStatus().GetPhase() != troupev1.JobPhase_JOB_PHASE_SUCCEEDED {
 			err = fmt.Errorf("job status %v", j.GetStatus())

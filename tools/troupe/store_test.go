@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -37,7 +38,7 @@ func TestThreeProcessCell(t *testing.T) {
 	}
 	// The cell is ready when a commit goes through; until then nodes
 	// answer UNAVAILABLE or time out while electing.
-	waitFor(t, ctx, func() error { return commit(clients[2], 0) })
+	wait.Until(ctx, t, "a commit through node 2", func() error { return commit(clients[2], 0) })
 	for n := 1; n <= 20; n++ {
 		if err := commit(clients[n%3], n); err != nil {
 			t.Fatal(err)
@@ -46,7 +47,7 @@ func TestThreeProcessCell(t *testing.T) {
 	cell.kill(t, 0)
 	for n := 21; n <= 40; n++ {
 		n := n
-		waitFor(t, ctx, func() error { return commit(clients[1+n%2], n) })
+		wait.Until(ctx, t, fmt.Sprintf("commit %d", n), func() error { return commit(clients[1+n%2], n) })
 	}
 	for n := 0; n <= 40; n++ {
 		g, err := clients[1].Get(ctx, &storev1.GetRequest{Key: fmt.Sprintf("/machines/m%d", n)})
@@ -86,22 +87,4 @@ func buildTroupe(t *testing.T) string {
 		t.Fatal(buildErr)
 	}
 	return builtBin
-}
-
-// waitFor retries fn until it succeeds or ctx ends.
-func waitFor(t *testing.T, ctx context.Context, fn func() error) {
-	t.Helper()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := fn()
-		if err == nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("gave up: %v", err)
-		case <-tick.C:
-		}
-	}
 }

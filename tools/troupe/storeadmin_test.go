@@ -15,6 +15,7 @@ import (
 
 	"github.com/troupe-cluster/troupe/cellstore/localcell"
 	"github.com/troupe-cluster/troupe/cellstore/pki"
+	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -78,11 +79,11 @@ func TestStoreOperations(t *testing.T) {
 
 	first := store(1, addr(0), addr(1), filepath.Join(dir, "d1"), "--shards", "2")
 	c1 := client(addr(1))
-	waitFor(t, ctx, func() error { return put(c1, 0) })
+	wait.Until(ctx, t, "a commit through node 1", func() error { return put(c1, 0) })
 	second := store(2, addr(2), addr(3), filepath.Join(dir, "d2"), "--join", addr(1))
 	c2 := client(addr(3))
 	for n := 1; n <= 20; n++ {
-		waitFor(t, ctx, func() error { return put(c2, n) })
+		wait.Until(ctx, t, fmt.Sprintf("commit %d through node 2", n), func() error { return put(c2, n) })
 	}
 	// Each member's line: NODE, RAFT ADDRESS, SHARDS, NON-VOTING, LEADS.
 	member := func(out string, id int) []string {
@@ -93,14 +94,14 @@ func TestStoreOperations(t *testing.T) {
 		}
 		return nil
 	}
-	waitFor(t, ctx, func() error {
+	wait.Until(ctx, t, "node 2 to vote in every shard", func() error {
 		if out := troupe("store", "members", "list", "--endpoint", addr(1)); fmt.Sprint(member(out, 2)) != fmt.Sprint([]string{addr(2), "0-1", "-"}) {
 			return fmt.Errorf("node 2 does not vote in every shard:\n%s", out)
 		}
 		return nil
 	})
 	// Both nodes are healthy and each says what it leads.
-	waitFor(t, ctx, func() error {
+	wait.Until(ctx, t, "both nodes to be healthy", func() error {
 		out := troupe("status", "--endpoint", addr(1)+","+addr(3))
 		if n := strings.Count(out, " ok "); n != 2 {
 			return fmt.Errorf("status of the two nodes:\n%s", out)
@@ -145,7 +146,7 @@ func TestStoreOperations(t *testing.T) {
 	for n := 0; n <= 20; n++ {
 		key := fmt.Sprintf("/machines/m%d", n)
 		var g *storev1.GetResponse
-		waitFor(t, ctx, func() (err error) { g, err = c3.Get(ctx, &storev1.GetRequest{Key: key}); return err })
+		wait.Until(ctx, t, "restored "+key, func() (err error) { g, err = c3.Get(ctx, &storev1.GetRequest{Key: key}); return err })
 		if string(g.GetKv().GetValue()) != fmt.Sprint(n) || g.GetKv().GetVersion() != versions[key] {
 			t.Fatalf("restored %s: %v, want version %d", key, g.GetKv(), versions[key])
 		}

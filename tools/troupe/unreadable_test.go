@@ -12,6 +12,7 @@ import (
 
 	"github.com/troupe-cluster/troupe/clientlib"
 	"github.com/troupe-cluster/troupe/clientlib/clienttest"
+	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 )
 
@@ -71,12 +72,12 @@ func TestCLISkipsUnreadableObjects(t *testing.T) {
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	watched := make(chan error, 1)
 	go func() { watched <- watch(watchCtx, append([]string{"jobs"}, endpoint...), &watchOut, &watchErr) }()
-	waitFor(t, ctx, contains(func() (string, error) { return watchErr.String(), nil }, "Watching jobs"))
+	wait.Until(ctx, t, "the watch to start", contains(func() (string, error) { return watchErr.String(), nil }, "Watching jobs"))
 	clienttest.PutRaw(ctx, t, c, "/jobs/default/good-b", clienttest.Garbage)
 	if _, err := clientlib.Create(ctx, c, clientlib.Jobs, job("good-c")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, contains(func() (string, error) { return watchOut.String(), nil },
+	wait.Until(ctx, t, "the watch to show the jobs", contains(func() (string, error) { return watchOut.String(), nil },
 		"UNREADABLE job /jobs/default/garbage", "UNREADABLE job /jobs/default/invalid", "UNREADABLE job /jobs/default/good-b",
 		"ADDED job default/good-c"))
 	stopWatch()

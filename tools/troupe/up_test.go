@@ -15,6 +15,7 @@ import (
 
 	"github.com/troupe-cluster/troupe/agents/runtime/runtimetest"
 	"github.com/troupe-cluster/troupe/cellstore/localcell"
+	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
 )
 
 // TestUpApplyGet runs `troupe up` as a process, applies a job of real
@@ -59,7 +60,7 @@ spec:
 		out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
 		return string(out), err
 	}
-	waitFor(t, ctx, func() error {
+	wait.Until(ctx, t, "apply to create job greet", func() error {
 		out, err := run("apply", "-f", manifest)
 		if err == nil && !strings.Contains(out, "job/default/greet created") {
 			return fmt.Errorf("apply said %q", out)
@@ -69,7 +70,7 @@ spec:
 	if out, err := run("apply", "-f", manifest); err != nil || !strings.Contains(out, "unchanged") {
 		t.Fatalf("second apply: %q %v", out, err)
 	}
-	waitFor(t, ctx, func() error {
+	wait.Until(ctx, t, "job greet to succeed", func() error {
 		out, err := run("get", "jobs")
 		if err != nil {
 			return err
@@ -111,7 +112,7 @@ spec:
 		t.Fatalf("delete: %q %v", out, err)
 	}
 	// The job controller removes a deleted job's tasks.
-	waitFor(t, ctx, func() error {
+	wait.Until(ctx, t, "the tasks of deleted job greet to go", func() error {
 		out, err := run("get", "tasks")
 		if err == nil && strings.Contains(out, "greet-") {
 			err = fmt.Errorf("tasks left:\n%s", out)
