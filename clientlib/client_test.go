@@ -22,7 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/troupe-cluster/troupe/cellstore/keyspace"
-	"github.com/troupe-cluster/troupe/cellstore/localcell"
+	"github.com/troupe-cluster/troupe/cellstore/localstore"
 	"github.com/troupe-cluster/troupe/cellstore/node"
 	"github.com/troupe-cluster/troupe/cellstore/storeerr"
 	"github.com/troupe-cluster/troupe/clientlib"
@@ -39,32 +39,32 @@ const (
 	watchMethod  = "/troupe.store.v1.Store/Watch"
 )
 
-// clientCell is a running three-node cell and the fixed gRPC address of
+// clientCluster is a running three-node cell and the fixed gRPC address of
 // each node (addresses survive StopNode/StartNode).
-type clientCell struct {
-	*localcell.Cell
+type clientCluster struct {
+	*localstore.Cluster
 	t      *testing.T
 	eps    []string
 	shards uint32
 	router keyspace.Router
 }
 
-func startClientCell(t *testing.T, shards int, tune func(*node.Config)) *clientCell {
+func startClientCluster(t *testing.T, shards int, tune func(*node.Config)) *clientCluster {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), clientTestTimeout)
 	defer cancel()
-	c, err := localcell.Start(ctx, localcell.Config{Dir: t.TempDir(), Replicas: 3, Shards: shards, Tune: tune})
+	c, err := localstore.Start(ctx, localstore.Config{Dir: t.TempDir(), Replicas: 3, Shards: shards, Tune: tune})
 	if err != nil {
 		t.Fatalf("start cell: %v", err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return &clientCell{Cell: c, t: t, eps: c.Endpoints(), shards: uint32(shards), router: keyspace.NewRouter(uint32(shards))}
+	return &clientCluster{Cluster: c, t: t, eps: c.Endpoints(), shards: uint32(shards), router: keyspace.NewRouter(uint32(shards))}
 }
 
 // client returns a Client of every node, recording its RPCs in log (if
 // not nil), and optionally with more dial options; it is closed when the
 // test ends.
-func (cc *clientCell) client(log *rpcLog, reg prometheus.Registerer, opts ...grpc.DialOption) *clientlib.Client {
+func (cc *clientCluster) client(log *rpcLog, reg prometheus.Registerer, opts ...grpc.DialOption) *clientlib.Client {
 	cc.t.Helper()
 	cfg := clientlib.DefaultConfig(cc.eps...)
 	var err error
@@ -86,7 +86,7 @@ func (cc *clientCell) client(log *rpcLog, reg prometheus.Registerer, opts ...grp
 }
 
 // nodeOf returns the index of the node at endpoint ep.
-func (cc *clientCell) nodeOf(ep string) int {
+func (cc *clientCluster) nodeOf(ep string) int {
 	cc.t.Helper()
 	i := slices.Index(cc.eps, ep)
 	if i < 0 {
@@ -96,7 +96,7 @@ func (cc *clientCell) nodeOf(ep string) int {
 }
 
 // keyOnShard returns the first fmt.Sprintf(format, i) that lives on shard.
-func (cc *clientCell) keyOnShard(format string, shard uint32) string {
+func (cc *clientCluster) keyOnShard(format string, shard uint32) string {
 	for i := range 100000 {
 		if k := fmt.Sprintf(format, i); cc.router.Shard(k) == shard {
 			return k
@@ -108,7 +108,7 @@ func (cc *clientCell) keyOnShard(format string, shard uint32) string {
 
 // leaderOf returns the node that every running node sees leading shard,
 // if they agree.
-func (cc *clientCell) leaderOf(shard uint32) (int, bool) {
+func (cc *clientCluster) leaderOf(shard uint32) (int, bool) {
 	leader := -1
 	for i := range cc.Size() {
 		n := cc.Node(i)
@@ -126,7 +126,7 @@ func (cc *clientCell) leaderOf(shard uint32) (int, bool) {
 
 // waitConverged waits until every running node has reached the same
 // revision of every shard.
-func (cc *clientCell) waitConverged(ctx context.Context) {
+func (cc *clientCluster) waitConverged(ctx context.Context) {
 	cc.t.Helper()
 	wait.Until(ctx, cc.t, "replicas to converge", func() (bool, string) {
 		for sh := range cc.shards {
@@ -327,7 +327,7 @@ func TestClientNewTxnID(t *testing.T) {
 // order with more keys than a page holds, returning the first page's
 // cursor.
 func TestClientCommitGetList(t *testing.T) {
-	cell := startClientCell(t, 2, func(nc *node.Config) { nc.Server.Limits.MaxRangeLimit = 7 })
+	cell := startClientCluster(t, 2, func(nc *node.Config) { nc.Server.Limits.MaxRangeLimit = 7 })
 	ctx, cancel := context.WithTimeout(t.Context(), clientTestTimeout)
 	defer cancel()
 	log := &rpcLog{}
@@ -396,7 +396,7 @@ func TestClientCommitGetList(t *testing.T) {
 // retries the same request with the same txn_id and the store answers with
 // the first outcome (duplicate=true): the counter was added to once.
 func TestClientCommitAmbiguousAppliedOnce(t *testing.T) {
-	cell := startClientCell(t, 1, nil)
+	cell := startClientCluster(t, 1, nil)
 	ctx, cancel := context.WithTimeout(t.Context(), clientTestTimeout)
 	defer cancel()
 	var (
@@ -457,7 +457,7 @@ func TestClientCommitAmbiguousAppliedOnce(t *testing.T) {
 // returned after one attempt; malformed and refused requests are errors,
 // also after one attempt.
 func TestClientCommitNoRetryOnConflict(t *testing.T) {
-	cell := startClientCell(t, 2, nil)
+	cell := startClientCluster(t, 2, nil)
 	ctx, cancel := context.WithTimeout(t.Context(), clientTestTimeout)
 	defer cancel()
 	log := &rpcLog{}
@@ -561,7 +561,7 @@ func TestClientCommitParentContextEnds(t *testing.T) {
 // given different leaders, so the client's current endpoint cannot
 // explain both.
 func TestClientLeaderRouting(t *testing.T) {
-	cell := startClientCell(t, 2, nil)
+	cell := startClientCluster(t, 2, nil)
 	ctx, cancel := context.WithTimeout(t.Context(), clientTestTimeout)
 	defer cancel()
 	var l0, l1 int
@@ -630,7 +630,7 @@ func TestClientLeaderRouting(t *testing.T) {
 // TestClientFailover: when the node of the client's current endpoint
 // stops, commits and reads keep working through the others.
 func TestClientFailover(t *testing.T) {
-	cell := startClientCell(t, 2, nil)
+	cell := startClientCluster(t, 2, nil)
 	ctx, cancel := context.WithTimeout(t.Context(), clientTestTimeout)
 	defer cancel()
 	log := &rpcLog{}
@@ -797,7 +797,7 @@ func (r *watchRecord) check(t *testing.T, acks []putAck, from keyspace.Cursor) {
 // commits in order, without gaps; when its node stops mid-stream, it goes
 // on from its cursor on another node, still without gaps or duplicates.
 func TestWatchOrderedAndFailover(t *testing.T) {
-	cell := startClientCell(t, 2, func(nc *node.Config) { nc.Server.ProgressInterval = 20 * time.Millisecond })
+	cell := startClientCluster(t, 2, func(nc *node.Config) { nc.Server.ProgressInterval = 20 * time.Millisecond })
 	ctx, cancel := context.WithTimeout(t.Context(), clientTestTimeout)
 	defer cancel()
 	writer := cell.client(nil, nil)
@@ -941,7 +941,7 @@ func TestWatchOrderedAndFailover(t *testing.T) {
 // with an error matching ErrCompacted and carrying the oldest cursor, from
 // which a new watch gets every later change.
 func TestWatchCompacted(t *testing.T) {
-	cell := startClientCell(t, 2, func(nc *node.Config) {
+	cell := startClientCluster(t, 2, func(nc *node.Config) {
 		nc.Server.LogRetention = 5
 		nc.Watch.RingRevisions = 1 // the rings must not serve what the log dropped
 	})

@@ -107,7 +107,7 @@ func write(ctx context.Context, t *testing.T, c *clientlib.Client, job string, w
 // The cache converges to the store's state under concurrent writes, its
 // indexes follow, and it keeps going when the node its watch uses stops.
 func TestInformerConvergesAndFailsOver(t *testing.T) {
-	cc := startClientCell(t, 2, nil)
+	cc := startClientCluster(t, 2, nil)
 	ctx, cancel := context.WithTimeout(t.Context(), clientTestTimeout)
 	defer cancel()
 	reader, writer := cc.client(nil, nil), cc.client(nil, nil)
@@ -147,7 +147,7 @@ func TestInformerConvergesAndFailsOver(t *testing.T) {
 
 // A cache whose watch cursor was compacted relists and converges.
 func TestInformerRecoversFromCompaction(t *testing.T) {
-	cc := startClientCell(t, 1, func(nc *node.Config) {
+	cc := startClientCluster(t, 1, func(nc *node.Config) {
 		nc.Server.LogRetention = 5
 		nc.Watch.RingRevisions = 1
 	})
@@ -188,7 +188,7 @@ func TestInformerRecoversFromCompaction(t *testing.T) {
 // A policy stored through one client is enforced by another client that
 // follows the cell's policies, including a policy added after it started.
 func TestStartPoliciesAcrossClients(t *testing.T) {
-	cc := startClientCell(t, 1, nil)
+	cc := startClientCluster(t, 1, nil)
 	ctx, cancel := context.WithTimeout(t.Context(), clientTestTimeout)
 	defer cancel()
 	admin, user := cc.client(nil, nil), cc.client(nil, nil)

@@ -17,28 +17,28 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/troupe-cluster/troupe/cellstore/localcell"
+	"github.com/troupe-cluster/troupe/cellstore/localstore"
 	"github.com/troupe-cluster/troupe/cellstore/pki"
 	"github.com/troupe-cluster/troupe/clientlib"
 )
 
-// Cell is a one-node, one-shard store running in this process for a test.
-// The embedded localcell.Cell gives its endpoints and nodes.
-type Cell struct {
-	*localcell.Cell
+// Store is a one-node, one-shard store running in this process for a test.
+// The embedded localstore.Cluster gives its endpoints and nodes.
+type Store struct {
+	*localstore.Cluster
 	t testing.TB
 }
 
 // Start starts a one-node, one-shard store under t.TempDir() and waits
 // until it has a leader, or ctx ends. The store stops when the test ends.
-func Start(ctx context.Context, t testing.TB) *Cell {
+func Start(ctx context.Context, t testing.TB) *Store {
 	t.Helper()
-	lc, err := localcell.Start(ctx, localcell.Config{Dir: t.TempDir(), Replicas: 1, Shards: 1})
+	lc, err := localstore.Start(ctx, localstore.Config{Dir: t.TempDir(), Replicas: 1, Shards: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { lc.Close() })
-	return &Cell{Cell: lc, t: t}
+	return &Store{Cluster: lc, t: t}
 }
 
 // admin is the identity of Client's clients.
@@ -47,25 +47,25 @@ var admin = pki.Identity{Role: pki.RoleAdmin, Name: "clienttest"}
 // Client returns a new client of the cell, with the default configuration
 // and the cell's admin identity, closed when the test that started the
 // cell ends.
-func (c *Cell) Client() *clientlib.Client {
+func (c *Store) Client() *clientlib.Client {
 	c.t.Helper()
 	return c.client(admin, zap.NewNop())
 }
 
 // ClientLogging returns a new client like Client's that logs to log.
-func (c *Cell) ClientLogging(log *zap.Logger) *clientlib.Client {
+func (c *Store) ClientLogging(log *zap.Logger) *clientlib.Client {
 	c.t.Helper()
 	return c.client(admin, log)
 }
 
 // ClientAs returns a new client presenting id (a certificate the cell's
 // CA issues for it), as Client's otherwise.
-func (c *Cell) ClientAs(id pki.Identity) *clientlib.Client {
+func (c *Store) ClientAs(id pki.Identity) *clientlib.Client {
 	c.t.Helper()
 	return c.client(id, zap.NewNop())
 }
 
-func (c *Cell) client(id pki.Identity, log *zap.Logger) *clientlib.Client {
+func (c *Store) client(id pki.Identity, log *zap.Logger) *clientlib.Client {
 	c.t.Helper()
 	cfg := clientlib.DefaultConfig(c.Endpoints()...)
 	cfg.Logger = log
@@ -83,7 +83,7 @@ func (c *Cell) client(id pki.Identity, log *zap.Logger) *clientlib.Client {
 
 // Flags returns the credential flags of a troupe process presenting id
 // (--ca, --cert, --key), issuing its certificate.
-func (c *Cell) Flags(id pki.Identity) []string {
+func (c *Store) Flags(id pki.Identity) []string {
 	c.t.Helper()
 	f, err := c.CredentialFiles(id)
 	if err != nil {
@@ -94,11 +94,11 @@ func (c *Cell) Flags(id pki.Identity) []string {
 
 // AdminFlags are the credential flags of the cell's admin, as the CLI
 // takes them.
-func (c *Cell) AdminFlags() []string {
+func (c *Store) AdminFlags() []string {
 	c.t.Helper()
 	return c.Flags(admin)
 }
 
 // Store returns the gRPC addresses of the cell's running nodes joined with
 // commas, as a --store flag takes them.
-func (c *Cell) Store() string { return strings.Join(c.Endpoints(), ",") }
+func (c *Store) EndpointList() string { return strings.Join(c.Endpoints(), ",") }

@@ -121,7 +121,7 @@ func Until(ctx context.Context, t testing.TB, cond func() error) {
 // Observed starts a cell for a test of what a reader does with values it
 // cannot read: the cell, an admin client of it, and a logger whose
 // entries (Info and above) logs holds.
-func Observed(ctx context.Context, t testing.TB) (*Cell, *clientlib.Client, *zap.Logger, *observer.ObservedLogs) {
+func Observed(ctx context.Context, t testing.TB) (*Store, *clientlib.Client, *zap.Logger, *observer.ObservedLogs) {
 	t.Helper()
 	cell := Start(ctx, t)
 	core, logs := observer.New(zap.InfoLevel)

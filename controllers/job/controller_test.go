@@ -27,7 +27,7 @@ type cell struct {
 	t   testing.TB
 	ctx context.Context
 	c   *clientlib.Client
-	lc  *clienttest.Cell
+	lc  *clienttest.Store
 }
 
 func startCell(t *testing.T) *cell {

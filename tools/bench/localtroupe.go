@@ -9,7 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/troupe-cluster/troupe/cellstore/authz"
-	"github.com/troupe-cluster/troupe/cellstore/localcell"
+	"github.com/troupe-cluster/troupe/cellstore/localstore"
 	"github.com/troupe-cluster/troupe/cellstore/node"
 	"github.com/troupe-cluster/troupe/cellstore/pki"
 )
@@ -41,7 +41,7 @@ var Securities = []Security{Secure, Unauthorized, Insecure}
 // shards in this process, under dir, secured as sec says, and connects to
 // it. close stops both.
 func StartLocalTroupe(ctx context.Context, dir string, replicas, shards int, sec Security, logger *zap.Logger) (sys *Troupe, close func() error, err error) {
-	cfg := localcell.Config{Dir: dir, Replicas: replicas, Shards: shards, Logger: logger, Insecure: sec == Insecure}
+	cfg := localstore.Config{Dir: dir, Replicas: replicas, Shards: shards, Logger: logger, Insecure: sec == Insecure}
 	switch sec {
 	case Secure, Insecure:
 	case Unauthorized:
@@ -49,7 +49,7 @@ func StartLocalTroupe(ctx context.Context, dir string, replicas, shards int, sec
 	default:
 		return nil, nil, fmt.Errorf("bench: security %q is not one of %v", sec, Securities)
 	}
-	cell, err := localcell.Start(ctx, cfg)
+	cell, err := localstore.Start(ctx, cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("start troupe cell: %w", err)
 	}

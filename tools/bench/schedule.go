@@ -14,7 +14,7 @@ import (
 
 	"github.com/troupe-cluster/troupe/agents/agent"
 	"github.com/troupe-cluster/troupe/agents/runtime"
-	"github.com/troupe-cluster/troupe/cellstore/localcell"
+	"github.com/troupe-cluster/troupe/cellstore/localstore"
 	"github.com/troupe-cluster/troupe/cellstore/pki"
 	"github.com/troupe-cluster/troupe/clientlib"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
@@ -92,7 +92,7 @@ func RunSchedule(ctx context.Context, cfg ScheduleConfig) (ScheduleResult, error
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	cell, err := localcell.Start(ctx, localcell.Config{Dir: cfg.Dir, Replicas: 1, Shards: max(cfg.Shards, 1), Logger: cfg.Logger})
+	cell, err := localstore.Start(ctx, localstore.Config{Dir: cfg.Dir, Replicas: 1, Shards: max(cfg.Shards, 1), Logger: cfg.Logger})
 	if err != nil {
 		return res, err
 	}

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/troupe-cluster/troupe/cellstore/localcell"
+	"github.com/troupe-cluster/troupe/cellstore/localstore"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -17,7 +17,7 @@ func TestTroupeSession(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cell, err := localcell.Start(ctx, localcell.Config{Dir: t.TempDir(), Replicas: 3, Shards: 1})
+	cell, err := localstore.Start(ctx, localstore.Config{Dir: t.TempDir(), Replicas: 3, Shards: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

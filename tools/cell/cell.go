@@ -19,7 +19,7 @@ import (
 
 	"github.com/troupe-cluster/troupe/agents/agent"
 	"github.com/troupe-cluster/troupe/agents/runtime"
-	"github.com/troupe-cluster/troupe/cellstore/localcell"
+	"github.com/troupe-cluster/troupe/cellstore/localstore"
 	"github.com/troupe-cluster/troupe/cellstore/node"
 	"github.com/troupe-cluster/troupe/cellstore/pki"
 	"github.com/troupe-cluster/troupe/clientlib"
@@ -93,7 +93,7 @@ func Start(ctx context.Context, cfg Config) (*Cell, error) {
 	ncfg := node.DefaultConfig()
 	ncfg.DataDir, ncfg.GRPCAddr, ncfg.HTTPAddr, ncfg.Logger = filepath.Join(cfg.DataDir, "store"), cfg.GRPCAddr, cfg.HTTPAddr, cfg.Logger
 	ncfg.Shards = max(cfg.Shards, 1)
-	ports, err := localcell.FreePorts(1)
+	ports, err := localstore.FreePorts(1)
 	if err != nil {
 		return nil, err
 	}

@@ -12,7 +12,7 @@ import (
 )
 
 // A cell of the harness runs with TLS on, as a cell in production does:
-// StartCell makes a CA of its own in Dir/pki and issues there, by
+// StartCluster makes a CA of its own in Dir/pki and issues there, by
 // `troupe certs issue`'s names,
 //
 //	ca.crt, ca.key                  the cell's CA

@@ -25,7 +25,7 @@
 //	          └──── Link client->1        └──── Link client->2
 //	                 (harness namespace: clients, nemesis, checker)
 //
-// The cell runs with TLS on, as a production cell does: StartCell makes
+// The cell runs with TLS on, as a production cell does: StartCluster makes
 // a CA of the cell's own in its directory, issues each node a store
 // certificate naming every host it is dialled at and the harness an
 // admin certificate, and starts every node with --ca, --cert and --key

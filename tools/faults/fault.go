@@ -11,7 +11,7 @@ import (
 
 // A Fault is one kind of trouble for a cell. Inject causes it, choosing
 // its victims with t.Rand, and returns what it did (for the report and
-// the visualization) and heal, which ends it. Cell.Heal ends every fault
+// the visualization) and heal, which ends it. Cluster.Heal ends every fault
 // too, so an Inject that fails half-way may leave its mess behind.
 type Fault struct {
 	Name   string
@@ -21,8 +21,8 @@ type Fault struct {
 // Target is what a fault acts on: the round's cell, its random numbers,
 // and its workload for faults that need traffic of their own.
 type Target struct {
-	Cell *Cell
-	Rand *rand.Rand
+	Cluster *Cluster
+	Rand    *rand.Rand
 	// Through runs n operations of the round's workload at once, each
 	// aimed at node (Pinned.OpAt) through a client that reaches that
 	// node only, records them in the round's history, and returns when
@@ -38,7 +38,7 @@ func DefaultFaults() []Fault {
 // KillNode kills a random node with SIGKILL; healing restarts it.
 func KillNode() Fault {
 	return Fault{Name: "kill-node", Inject: func(_ context.Context, t Target) (string, func() error, error) {
-		c, rng := t.Cell, t.Rand
+		c, rng := t.Cluster, t.Rand
 		i := rng.IntN(c.Size())
 		return fmt.Sprintf("kill -9 node %d", i+1), func() error { return c.Start(i) }, c.Kill(i)
 	}}
@@ -48,7 +48,7 @@ func KillNode() Fault {
 // restarts it.
 func KillLeader() Fault {
 	return Fault{Name: "kill-leader", Inject: func(ctx context.Context, t Target) (string, func() error, error) {
-		c, rng := t.Cell, t.Rand
+		c, rng := t.Cluster, t.Rand
 		shard := rng.IntN(c.Shards())
 		i, err := c.Leader(ctx, shard)
 		if err != nil {
@@ -61,7 +61,7 @@ func KillLeader() Fault {
 // RestartNode stops a random node with SIGTERM; healing starts it again.
 func RestartNode() Fault {
 	return Fault{Name: "restart-node", Inject: func(_ context.Context, t Target) (string, func() error, error) {
-		c, rng := t.Cell, t.Rand
+		c, rng := t.Cluster, t.Rand
 		i := rng.IntN(c.Size())
 		return fmt.Sprintf("stop node %d (SIGTERM)", i+1), func() error { return c.Start(i) }, c.Stop(i)
 	}}
@@ -71,7 +71,7 @@ func RestartNode() Fault {
 // them all. Whatever was acknowledged must survive.
 func KillAll() Fault {
 	return Fault{Name: "kill-all", Inject: func(_ context.Context, t Target) (string, func() error, error) {
-		c := t.Cell
+		c := t.Cluster
 		var errs []error
 		for i := range c.Size() {
 			errs = append(errs, c.Kill(i))
@@ -92,7 +92,7 @@ func KillAll() Fault {
 // it); healing reconnects it.
 func PartitionLeader() Fault {
 	return Fault{Name: "partition-leader", Inject: func(ctx context.Context, t Target) (string, func() error, error) {
-		c, rng := t.Cell, t.Rand
+		c, rng := t.Cluster, t.Rand
 		shard := rng.IntN(c.Shards())
 		i, err := c.Leader(ctx, shard)
 		if err != nil {
@@ -122,7 +122,7 @@ func PartitionLeader() Fault {
 // the blocked directions need not be symmetric. Healing unblocks them.
 func DropLinks() Fault {
 	return Fault{Name: "drop-links", Inject: func(_ context.Context, t Target) (string, func() error, error) {
-		c, rng := t.Cell, t.Rand
+		c, rng := t.Cluster, t.Rand
 		links := someLinks(c, rng, 3)
 		for _, l := range links {
 			l.Block()
@@ -141,7 +141,7 @@ func DropLinks() Fault {
 // by one random delay between 1 and 10 RTTs; healing removes the delay.
 func DelayLinks() Fault {
 	return Fault{Name: "delay-links", Inject: func(_ context.Context, t Target) (string, func() error, error) {
-		c, rng := t.Cell, t.Rand
+		c, rng := t.Cluster, t.Rand
 		links := someLinks(c, rng, 2)
 		d := c.cfg.RTT * time.Duration(1+rng.IntN(10))
 		for _, l := range links {
@@ -159,7 +159,7 @@ func DelayLinks() Fault {
 
 // someLinks picks each one-way Raft link with probability 1/oneIn, and
 // one at random if that picked none.
-func someLinks(c *Cell, rng *rand.Rand, oneIn int) []*Link {
+func someLinks(c *Cluster, rng *rand.Rand, oneIn int) []*Link {
 	var all, picked []*Link
 	for i := range c.Size() {
 		for j := range c.Size() {

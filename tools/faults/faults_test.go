@@ -164,7 +164,7 @@ func runRound(t *testing.T, cfg RoundConfig, load time.Duration) Report {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Cell.Dir, cfg.Load, cfg.Logf, cfg.KeepHistory = dir, load, t.Logf, *keep
+	cfg.Cluster.Dir, cfg.Load, cfg.Logf, cfg.KeepHistory = dir, load, t.Logf, *keep
 	rep, err := RunRound(t.Context(), cfg)
 	if err != nil {
 		t.Fatalf("seed %d: the round could not run (cell data in %s): %v", cfg.Seed, dir, err)

@@ -39,7 +39,7 @@ func KillDriver() Fault {
 		if t.Through == nil {
 			return "", nil, errors.New("faults: kill-driver: the workload cannot aim operations at a node (it is not Pinned)")
 		}
-		c := t.Cell
+		c := t.Cluster
 		i := t.Rand.IntN(c.Size())
 		if err := c.Kill(i); err != nil {
 			return "", nil, err
@@ -64,7 +64,7 @@ func KillDriver() Fault {
 // transactions after their prepare and waits for it to know the
 // leaders. If it does not, it starts the node as usual again: a fault
 // that is not injected must leave nothing behind.
-func startDriver(ctx context.Context, c *Cell, i int) error {
+func startDriver(ctx context.Context, c *Cluster, i int) error {
 	if err := c.Start(i, "--fault-prepare-delay", driverHold.String()); err != nil {
 		return err
 	}

@@ -21,7 +21,7 @@ type RoundConfig struct {
 	// victims and timing, and each client's operations. (The interleaving
 	// the OS makes of them is not fixed.)
 	Seed     int64
-	Cell     CellConfig
+	Cluster  ClusterConfig
 	Workload Workload
 	Faults   []Fault
 	// Clients is the number of concurrent clients, each with its own
@@ -54,9 +54,9 @@ type RoundConfig struct {
 // three-node, two-shard cell of binary with its data in dir, every
 // fault, four clients and 20 seconds of load.
 func DefaultRoundConfig(seed int64, binary, dir, outDir string) RoundConfig {
-	cell := DefaultCellConfig(binary, dir)
+	cell := DefaultClusterConfig(binary, dir)
 	return RoundConfig{
-		Seed: seed, Cell: cell, Workload: NewRegister(cell.Shards, 4), Faults: DefaultFaults(),
+		Seed: seed, Cluster: cell, Workload: NewRegister(cell.Shards, 4), Faults: DefaultFaults(),
 		Clients: 4, Load: 20 * time.Second, Gap: time.Second, Hold: 2 * time.Second,
 		OpTimeout: time.Second, AttemptTimeout: 300 * time.Millisecond,
 		ReadyTimeout: 30 * time.Second, CheckTimeout: time.Minute, OutDir: outDir,
@@ -70,22 +70,22 @@ func DefaultRoundConfig(seed int64, binary, dir, outDir string) RoundConfig {
 func BankRoundConfig(seed int64, binary, dir, outDir string) RoundConfig {
 	cfg := DefaultRoundConfig(seed, binary, dir, outDir)
 	cfg.Workload = NewBank(3, 8)
-	cfg.Cell.Shards = cfg.Workload.Shards()
-	cfg.Cell.TxnTimeout = time.Second
+	cfg.Cluster.Shards = cfg.Workload.Shards()
+	cfg.Cluster.TxnTimeout = time.Second
 	cfg.Faults = append(DefaultFaults(), KillDriver())
 	return cfg
 }
 
 // Validate says precisely what is wrong with c, if anything.
 func (c RoundConfig) Validate() error {
-	errs := []error{c.Cell.Validate()}
+	errs := []error{c.Cluster.Validate()}
 	add := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("faults: RoundConfig."+format, args...))
 	}
 	if c.Workload == nil {
 		add("Workload is nil")
-	} else if n := c.Workload.Shards(); n != c.Cell.Shards {
-		add("Cell.Shards is %d but the %s workload spreads its keys over %d", c.Cell.Shards, c.Workload.Name(), n)
+	} else if n := c.Workload.Shards(); n != c.Cluster.Shards {
+		add("Cluster.Shards is %d but the %s workload spreads its keys over %d", c.Cluster.Shards, c.Workload.Name(), n)
 	}
 	if c.Clients < 1 {
 		add("Clients is %d, want at least 1", c.Clients)
@@ -141,7 +141,7 @@ func RunRound(ctx context.Context, cfg RoundConfig) (rep Report, err error) {
 	if err := cfg.Validate(); err != nil {
 		return rep, err
 	}
-	cell, err := StartCell(cfg.Cell)
+	cell, err := StartCluster(cfg.Cluster)
 	if err != nil {
 		return rep, err
 	}
@@ -178,7 +178,7 @@ func RunRound(ctx context.Context, cfg RoundConfig) (rep Report, err error) {
 
 // clientConfig configures a client of the round reaching endpoints of
 // cell, as the cell's admin.
-func clientConfig(cfg RoundConfig, cell *Cell, endpoints []string) clientlib.Config {
+func clientConfig(cfg RoundConfig, cell *Cluster, endpoints []string) clientlib.Config {
 	return clientlib.Config{
 		Endpoints:      endpoints,
 		TLS:            cell.ClientTLS(),
@@ -196,7 +196,7 @@ func initStream(cfg RoundConfig) uint64  { return uint64(cfg.Clients + 2) }
 
 // runLoad runs the clients for cfg.Load while the nemesis injects
 // faults, and returns what the nemesis did and the heals that failed.
-func runLoad(ctx context.Context, cfg RoundConfig, cell *Cell, h *History, stores []*clientlib.Client) (faults, problems []string) {
+func runLoad(ctx context.Context, cfg RoundConfig, cell *Cluster, h *History, stores []*clientlib.Client) (faults, problems []string) {
 	load, stop := context.WithTimeout(ctx, cfg.Load)
 	defer stop()
 	var wg sync.WaitGroup
@@ -211,7 +211,7 @@ func runLoad(ctx context.Context, cfg RoundConfig, cell *Cell, h *History, store
 
 // finish heals the cell, waits for its leaders and runs the workload's
 // final reads through s; it returns the problems found on the way.
-func finish(ctx context.Context, cfg RoundConfig, cell *Cell, h *History, s *clientlib.Client) []string {
+func finish(ctx context.Context, cfg RoundConfig, cell *Cluster, h *History, s *clientlib.Client) []string {
 	cfg.logf("seed %d: load over; healing", cfg.Seed)
 	var problems []string
 	if err := cell.Heal(); err != nil {
@@ -229,7 +229,7 @@ func finish(ctx context.Context, cfg RoundConfig, cell *Cell, h *History, s *cli
 
 // judge counts the history's operations, checks it for linearizability
 // and, if the round has problems (or cfg.KeepHistory), writes it out.
-func (rep *Report) judge(cfg RoundConfig, cell *Cell, h *History) error {
+func (rep *Report) judge(cfg RoundConfig, cell *Cluster, h *History) error {
 	ops := h.Operations()
 	rep.Ops = len(ops)
 	for _, op := range ops {
@@ -255,7 +255,7 @@ func (rep *Report) judge(cfg RoundConfig, cell *Cell, h *History) error {
 }
 
 // waitReady waits up to timeout for the cell's leaders.
-func waitReady(ctx context.Context, cell *Cell, timeout time.Duration) error {
+func waitReady(ctx context.Context, cell *Cluster, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	return cell.WaitReady(ctx)
@@ -276,7 +276,7 @@ func drive(ctx context.Context, w Workload, c *Client, opTimeout time.Duration, 
 // a fault, held for a while, its heal. Each cycle takes every fault
 // once, in a random order. It returns what it did, and heals that failed
 // as problems.
-func nemesis(ctx context.Context, cfg RoundConfig, cell *Cell, h *History, rng *rand.Rand) (did, problems []string) {
+func nemesis(ctx context.Context, cfg RoundConfig, cell *Cluster, h *History, rng *rand.Rand) (did, problems []string) {
 	through := throughNode(cfg, cell, h)
 	var order []int
 	for len(cfg.Faults) > 0 && pause(ctx, between(rng, cfg.Gap)) {
@@ -286,7 +286,7 @@ func nemesis(ctx context.Context, cfg RoundConfig, cell *Cell, h *History, rng *
 		f := cfg.Faults[order[0]]
 		order = order[1:]
 		start := h.now()
-		what, heal, err := f.Inject(ctx, Target{Cell: cell, Rand: rng, Through: through})
+		what, heal, err := f.Inject(ctx, Target{Cluster: cell, Rand: rng, Through: through})
 		if err != nil {
 			cfg.logf("seed %d: %s not injected: %v", cfg.Seed, f.Name, err)
 			continue
@@ -304,7 +304,7 @@ func nemesis(ctx context.Context, cfg RoundConfig, cell *Cell, h *History, rng *
 
 // throughNode returns Target.Through for the round's faults: nil unless
 // the workload is Pinned. It is called by one fault at a time.
-func throughNode(cfg RoundConfig, cell *Cell, h *History) func(ctx context.Context, node, n int) {
+func throughNode(cfg RoundConfig, cell *Cluster, h *History) func(ctx context.Context, node, n int) {
 	w, ok := cfg.Workload.(Pinned)
 	if !ok {
 		return nil

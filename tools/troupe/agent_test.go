@@ -30,7 +30,7 @@ func TestAgentHollow(t *testing.T) {
 	defer cancel()
 	lc := clienttest.Start(ctx, t)
 	c := lc.Client()
-	agent := exec.Command(bin, append([]string{"agent", "--store", lc.Store(), "--machine", "rack1",
+	agent := exec.Command(bin, append([]string{"agent", "--store", lc.EndpointList(), "--machine", "rack1",
 		"--hollow", "3", "--capacity", "cpu=8000,memory=16Gi", "--labels", "zone=z1"},
 		lc.Flags(pki.Identity{Role: pki.RoleAgent, Name: "rack1-hollow-*"})...)...)
 	agent.Stdout, agent.Stderr = os.Stderr, os.Stderr

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/troupe-cluster/troupe/cellstore/keyspace"
-	"github.com/troupe-cluster/troupe/cellstore/localcell"
+	"github.com/troupe-cluster/troupe/cellstore/localstore"
 	"github.com/troupe-cluster/troupe/cellstore/pki"
 	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
@@ -52,7 +52,7 @@ func localPKI(t *testing.T, dir string) (flags func(name string) []string, admin
 // test ends.
 func startStores(t *testing.T, bin, dir string, n, shards int, extra func(i int) []string) *storeProcs {
 	t.Helper()
-	ports, err := localcell.FreePorts(2 * n)
+	ports, err := localstore.FreePorts(2 * n)
 	if err != nil {
 		t.Fatal(err)
 	}

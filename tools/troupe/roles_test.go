@@ -34,7 +34,7 @@ func TestRoleProcesses(t *testing.T) {
 	defer cancel()
 	lc := clienttest.Start(ctx, t)
 	c := lc.Client()
-	store := lc.Store()
+	store := lc.EndpointList()
 	start := func(args ...string) io.Reader {
 		cmd := exec.Command(bin, args...)
 		out, err := cmd.StdoutPipe()

@@ -13,7 +13,7 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/troupe-cluster/troupe/cellstore/localcell"
+	"github.com/troupe-cluster/troupe/cellstore/localstore"
 	"github.com/troupe-cluster/troupe/cellstore/pki"
 	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
@@ -31,7 +31,7 @@ func TestStoreOperations(t *testing.T) {
 	}
 	dir := t.TempDir()
 	bin := buildTroupe(t)
-	ports, err := localcell.FreePorts(7)
+	ports, err := localstore.FreePorts(7)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,7 @@ func TestCLISkipsUnreadableObjects(t *testing.T) {
 	defer cancel()
 	cell := clienttest.Start(ctx, t)
 	c := cell.Client()
-	endpoint := append([]string{"-endpoint", cell.Store()}, cell.AdminFlags()...)
+	endpoint := append([]string{"-endpoint", cell.EndpointList()}, cell.AdminFlags()...)
 	job := func(name string) *troupev1.Job {
 		return &troupev1.Job{Metadata: &troupev1.ObjectMeta{Name: name, Namespace: "default"},
 			Spec: &troupev1.JobSpec{Count: 2, Template: &troupev1.TaskTemplate{Command: "/bin/true", SimDuration: durationpb.New(time.Hour)}}}

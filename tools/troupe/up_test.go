@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/troupe-cluster/troupe/agents/runtime/runtimetest"
-	"github.com/troupe-cluster/troupe/cellstore/localcell"
+	"github.com/troupe-cluster/troupe/cellstore/localstore"
 	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
 )
 
@@ -26,7 +26,7 @@ func TestUpApplyGet(t *testing.T) {
 		t.Skip("builds and runs the troupe binary")
 	}
 	bin := buildTroupe(t)
-	ports, err := localcell.FreePorts(2)
+	ports, err := localstore.FreePorts(2)
 	if err != nil {
 		t.Fatal(err)
 	}

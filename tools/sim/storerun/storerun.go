@@ -34,7 +34,7 @@ import (
 
 	"github.com/troupe-cluster/troupe/agents/agent"
 	"github.com/troupe-cluster/troupe/agents/runtime"
-	"github.com/troupe-cluster/troupe/cellstore/localcell"
+	"github.com/troupe-cluster/troupe/cellstore/localstore"
 	"github.com/troupe-cluster/troupe/cellstore/pki"
 	"github.com/troupe-cluster/troupe/clientlib"
 	"github.com/troupe-cluster/troupe/clientlib/cache"
@@ -100,7 +100,7 @@ func (o Options) Run(ctx context.Context, cfg sim.Config, src workload.Source) (
 			return nil, err
 		}
 		defer os.RemoveAll(dir)
-		lc, err := localcell.Start(ctx, localcell.Config{Dir: dir, Replicas: 1, Shards: max(o.Shards, 1), Logger: o.Logger})
+		lc, err := localstore.Start(ctx, localstore.Config{Dir: dir, Replicas: 1, Shards: max(o.Shards, 1), Logger: o.Logger})
 		if err != nil {
 			return nil, fmt.Errorf("storerun: embedded store: %w", err)
 		}

@@ -1,4 +1,4 @@
-package localcell_test
+package localstore_test
 
 // Integration tests of the cell store: several store nodes in one process
 // on loopback, driven through the gRPC API only (plus the nodes' Raft and
@@ -44,7 +44,7 @@ func TestCellAPI(t *testing.T) {
 // Commits sent to any node succeed, every node then reads them
 // linearizably, and Range pages over a prefix spread on all shards return
 // every key once, in order.
-func testCommitAnywhereReadEverywhere(t *testing.T, c *testCell) {
+func testCommitAnywhereReadEverywhere(t *testing.T, c *testCluster) {
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	defer cancel()
 	latest := map[string]ack{}
@@ -154,7 +154,7 @@ func testCommitAnywhereReadEverywhere(t *testing.T, c *testCell) {
 // The same request sent twice (to two nodes, and concurrently to all) is
 // applied once; the repeats say duplicate and carry the first revisions. A
 // txn_id reused for other content is refused.
-func testExactlyOnce(t *testing.T, c *testCell) {
+func testExactlyOnce(t *testing.T, c *testCluster) {
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	defer cancel()
 	ctr := "/counters/once"
@@ -260,7 +260,7 @@ func testExactlyOnce(t *testing.T, c *testCell) {
 // A group spanning both shards, sent to a follower of both, commits on
 // both (every replica then reads it), and an atomic request across the
 // shards with a failing group writes nothing.
-func testCrossShard(t *testing.T, c *testCell) {
+func testCrossShard(t *testing.T, c *testCluster) {
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	defer cancel()
 	a, b := c.keyOnShard("/machines/xa%d", 0), c.keyOnShard("/machines/xb%d", 1)
@@ -288,7 +288,7 @@ func testCrossShard(t *testing.T, c *testCell) {
 
 // Malformed and refused requests come back with their gRPC codes; an
 // oversize value fails its own group only.
-func testErrors(t *testing.T, c *testCell) {
+func testErrors(t *testing.T, c *testCluster) {
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	defer cancel()
 	a, b := c.keyOnShard("/machines/a%d", 0), c.keyOnShard("/machines/b%d", 1)
@@ -352,7 +352,7 @@ func testErrors(t *testing.T, c *testCell) {
 
 // An idle watch gets progress notifications, and their cursor follows the
 // commits of other prefixes on the watched shard.
-func testProgressNotifications(t *testing.T, c *testCell) {
+func testProgressNotifications(t *testing.T, c *testCluster) {
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	defer cancel()
 	m := strings.TrimPrefix(c.keyOnShard("/machines/p%d", 0), "/machines/")
@@ -394,7 +394,7 @@ func testProgressNotifications(t *testing.T, c *testCell) {
 
 // A watch from a Range's cursor sees exactly the changes after the read; a
 // watch without cursor sees the changes after it started.
-func testWatchFromRangeCursor(t *testing.T, c *testCell) {
+func testWatchFromRangeCursor(t *testing.T, c *testCluster) {
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	defer cancel()
 	const prefix = "/wr/"

@@ -1,4 +1,4 @@
-package localcell_test
+package localstore_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/troupe-cluster/troupe/cellstore/keyspace"
-	"github.com/troupe-cluster/troupe/cellstore/localcell"
+	"github.com/troupe-cluster/troupe/cellstore/localstore"
 	"github.com/troupe-cluster/troupe/cellstore/node"
 	"github.com/troupe-cluster/troupe/cellstore/pki"
 	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
@@ -27,11 +27,11 @@ const (
 	pollInterval   = 5 * time.Millisecond
 )
 
-// testCell is a running local cell with one gRPC client per node. Node
+// testCluster is a running local cell with one gRPC client per node. Node
 // addresses stay the same across StopNode/StartNode, so the clients
 // reconnect by themselves.
-type testCell struct {
-	*localcell.Cell
+type testCluster struct {
+	*localstore.Cluster
 	t       *testing.T
 	shards  uint32
 	router  keyspace.Router
@@ -43,23 +43,23 @@ type testCell struct {
 
 // startCell starts a cell of replicas nodes and shards shards in a temporary
 // directory; it is closed when the test ends.
-func startCell(t *testing.T, replicas, shards int, tune func(*node.Config)) *testCell {
+func startCell(t *testing.T, replicas, shards int, tune func(*node.Config)) *testCluster {
 	t.Helper()
-	return startCellWith(t, localcell.Config{Replicas: replicas, Shards: shards, Tune: tune})
+	return startCellWith(t, localstore.Config{Replicas: replicas, Shards: shards, Tune: tune})
 }
 
 // startCellWith starts a cell of cfg in a temporary directory.
-func startCellWith(t *testing.T, cfg localcell.Config) *testCell {
+func startCellWith(t *testing.T, cfg localstore.Config) *testCluster {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	defer cancel()
 	cfg.Dir = t.TempDir()
-	c, err := localcell.Start(ctx, cfg)
+	c, err := localstore.Start(ctx, cfg)
 	if err != nil {
 		t.Fatalf("start cell: %v", err)
 	}
 	t.Cleanup(func() { c.Close() })
-	tc := &testCell{Cell: c, t: t, shards: uint32(cfg.Shards), router: keyspace.NewRouter(uint32(cfg.Shards))}
+	tc := &testCluster{Cluster: c, t: t, shards: uint32(cfg.Shards), router: keyspace.NewRouter(uint32(cfg.Shards))}
 	eps := c.Endpoints()
 	if len(eps) != cfg.Replicas {
 		t.Fatalf("cell has %d endpoints, want %d", len(eps), cfg.Replicas)
@@ -72,7 +72,7 @@ func startCellWith(t *testing.T, cfg localcell.Config) *testCell {
 
 // dial connects to a node's gRPC address, as the cell's admin, for the
 // rest of the test.
-func (c *testCell) dial(addr string) *grpc.ClientConn {
+func (c *testCluster) dial(addr string) *grpc.ClientConn {
 	t := c.t
 	t.Helper()
 	creds, err := c.Admin()
@@ -88,13 +88,13 @@ func (c *testCell) dial(addr string) *grpc.ClientConn {
 }
 
 // admin returns an Admin client of node i.
-func (c *testCell) admin(i int) storev1.AdminClient {
+func (c *testCluster) admin(i int) storev1.AdminClient {
 	return storev1.NewAdminClient(c.dial(c.Node(i).GRPCAddr()))
 }
 
 // join starts a new node and adds it to the cell through node 1's Admin
 // service; it returns the node's index and the members after the change.
-func (c *testCell) join(ctx context.Context) (int, []*storev1.Member) {
+func (c *testCluster) join(ctx context.Context) (int, []*storev1.Member) {
 	c.t.Helper()
 	i, err := c.StartNewNode()
 	if err != nil {
@@ -109,10 +109,10 @@ func (c *testCell) join(ctx context.Context) (int, []*storev1.Member) {
 }
 
 // client returns the gRPC client of node i.
-func (c *testCell) client(i int) storev1.StoreClient { return c.clients[i] }
+func (c *testCluster) client(i int) storev1.StoreClient { return c.clients[i] }
 
 // running returns the indexes of the running nodes.
-func (c *testCell) running() []int {
+func (c *testCluster) running() []int {
 	var out []int
 	for i := range c.Size() {
 		if c.Node(i) != nil {
@@ -123,13 +123,13 @@ func (c *testCell) running() []int {
 }
 
 // txnID returns a txn_id no other request of this cell uses.
-func (c *testCell) txnID() string {
+func (c *testCluster) txnID() string {
 	return fmt.Sprintf("%s-%d", c.t.Name(), c.txnSeq.Add(1))
 }
 
 // keyOnShard returns the first key fmt.Sprintf(format, i), i = 0, 1, ...,
 // that lives on shard.
-func (c *testCell) keyOnShard(format string, shard uint32) string {
+func (c *testCluster) keyOnShard(format string, shard uint32) string {
 	for i := range 100000 {
 		if k := fmt.Sprintf(format, i); c.router.Shard(k) == shard {
 			return k
@@ -141,7 +141,7 @@ func (c *testCell) keyOnShard(format string, shard uint32) string {
 
 // leader returns the node leading shard, as that node itself sees it, if
 // it is running.
-func (c *testCell) leader(shard uint32) (int, bool) {
+func (c *testCluster) leader(shard uint32) (int, bool) {
 	for _, i := range c.running() {
 		id, _, ok, err := c.Node(i).NodeHost().GetLeaderID(uint64(shard) + 1)
 		if err != nil || !ok || id == 0 || int(id) > c.Size() {
@@ -158,7 +158,7 @@ func (c *testCell) leader(shard uint32) (int, bool) {
 }
 
 // waitLeader waits until shard has a running leader and returns it.
-func (c *testCell) waitLeader(ctx context.Context, shard uint32) int {
+func (c *testCluster) waitLeader(ctx context.Context, shard uint32) int {
 	c.t.Helper()
 	var l int
 	wait.Until(ctx, c.t, fmt.Sprintf("a leader of shard %d", shard), func() (bool, string) {
@@ -171,7 +171,7 @@ func (c *testCell) waitLeader(ctx context.Context, shard uint32) int {
 
 // waitConverged waits until every running node has applied the same Raft
 // index and reached the same revision on every shard.
-func (c *testCell) waitConverged(ctx context.Context) {
+func (c *testCluster) waitConverged(ctx context.Context) {
 	c.t.Helper()
 	wait.Until(ctx, c.t, "replicas to converge", func() (bool, string) {
 		for sh := range c.shards {
@@ -194,7 +194,7 @@ func (c *testCell) waitConverged(ctx context.Context) {
 }
 
 // revisions returns node i's revision of every shard.
-func (c *testCell) revisions(i int) []uint64 {
+func (c *testCluster) revisions(i int) []uint64 {
 	out := make([]uint64, c.shards)
 	for sh := range c.shards {
 		out[sh] = c.Node(i).StateMachine(sh).Revision()
@@ -215,7 +215,7 @@ func retryable(err error) bool {
 
 // retry calls fn, each attempt with its own deadline, until it succeeds,
 // fails for good, or ctx ends. fn gets the attempt number (0-based).
-func (c *testCell) retry(ctx context.Context, fn func(ctx context.Context, attempt int) error) error {
+func (c *testCluster) retry(ctx context.Context, fn func(ctx context.Context, attempt int) error) error {
 	timeout := c.attempt
 	if timeout == 0 {
 		timeout = attemptTimeout
@@ -239,7 +239,7 @@ func (c *testCell) retry(ctx context.Context, fn func(ctx context.Context, attem
 
 // commit sends req to node first (modulo the cell size) and, on a retryable error, again with the
 // same txn_id to the running nodes in turn, until it is answered.
-func (c *testCell) commit(ctx context.Context, first int, req *storev1.CommitRequest) *storev1.CommitResponse {
+func (c *testCluster) commit(ctx context.Context, first int, req *storev1.CommitRequest) *storev1.CommitResponse {
 	c.t.Helper()
 	var resp *storev1.CommitResponse
 	err := c.retry(ctx, func(ctx context.Context, attempt int) error {
@@ -263,7 +263,7 @@ func (c *testCell) commit(ctx context.Context, first int, req *storev1.CommitReq
 // the answer and how many attempts it took. A proposal the Raft layer drops
 // (as can happen while connections between nodes come up) is only noticed
 // when the attempt's deadline passes, so attempts are kept short.
-func (c *testCell) commitTo(ctx context.Context, i int, req *storev1.CommitRequest) (*storev1.CommitResponse, int) {
+func (c *testCluster) commitTo(ctx context.Context, i int, req *storev1.CommitRequest) (*storev1.CommitResponse, int) {
 	c.t.Helper()
 	resp, attempts, err := c.tryCommitTo(ctx, i, req)
 	if err != nil {
@@ -274,7 +274,7 @@ func (c *testCell) commitTo(ctx context.Context, i int, req *storev1.CommitReque
 
 // tryCommitTo is commitTo for other goroutines than the test's: it
 // returns the error rather than failing the test.
-func (c *testCell) tryCommitTo(ctx context.Context, i int, req *storev1.CommitRequest) (*storev1.CommitResponse, int, error) {
+func (c *testCluster) tryCommitTo(ctx context.Context, i int, req *storev1.CommitRequest) (*storev1.CommitResponse, int, error) {
 	var (
 		resp     *storev1.CommitResponse
 		attempts int
@@ -297,7 +297,7 @@ type ack struct {
 
 // put commits one put through node first (or the others if it fails) and
 // returns the acknowledgement.
-func (c *testCell) put(ctx context.Context, first int, key, value string) ack {
+func (c *testCluster) put(ctx context.Context, first int, key, value string) ack {
 	c.t.Helper()
 	resp := c.commit(ctx, first, &storev1.CommitRequest{TxnId: c.txnID(), Groups: []*storev1.Group{group(putOp(key, value))}})
 	g := resp.GetGroups()[0]
@@ -312,7 +312,7 @@ func (c *testCell) put(ctx context.Context, first int, key, value string) ack {
 
 // get reads key linearizably (or stale) from node i, retrying while the
 // node is unavailable.
-func (c *testCell) get(ctx context.Context, i int, key string, stale bool) *storev1.GetResponse {
+func (c *testCluster) get(ctx context.Context, i int, key string, stale bool) *storev1.GetResponse {
 	c.t.Helper()
 	var resp *storev1.GetResponse
 	err := c.retry(ctx, func(ctx context.Context, _ int) error {
@@ -328,7 +328,7 @@ func (c *testCell) get(ctx context.Context, i int, key string, stale bool) *stor
 
 // rangeAll lists prefix on node i page by page (limit keys a page) and
 // returns the keys and the first page's cursor.
-func (c *testCell) rangeAll(ctx context.Context, i int, prefix string, limit uint32) ([]*storev1.KeyValue, []byte) {
+func (c *testCluster) rangeAll(ctx context.Context, i int, prefix string, limit uint32) ([]*storev1.KeyValue, []byte) {
 	c.t.Helper()
 	var (
 		kvs    []*storev1.KeyValue
@@ -363,7 +363,7 @@ func (c *testCell) rangeAll(ctx context.Context, i int, prefix string, limit uin
 }
 
 // decodeCursor decodes a cursor of this cell.
-func (c *testCell) decodeCursor(b []byte) keyspace.Cursor {
+func (c *testCluster) decodeCursor(b []byte) keyspace.Cursor {
 	c.t.Helper()
 	cur, err := keyspace.DecodeCursor(b, c.shards)
 	if err != nil {
@@ -399,7 +399,7 @@ type watchItem struct {
 }
 
 // watch opens a watch on node i.
-func (c *testCell) watch(ctx context.Context, i int, prefix string, cursor []byte) *watcher {
+func (c *testCluster) watch(ctx context.Context, i int, prefix string, cursor []byte) *watcher {
 	ctx, cancel := context.WithCancel(ctx)
 	w := &watcher{cancel: cancel, out: make(chan watchItem)}
 	c.t.Cleanup(cancel)
@@ -494,7 +494,7 @@ func lastRevisions(shards uint32, acks []ack) []uint64 {
 // collectUntil reads w until its cursor covers revs, returning every event
 // seen on the way. With progress notifications on, it returns even when no
 // more events come.
-func (c *testCell) collectUntil(ctx context.Context, w *watcher, revs []uint64) []event {
+func (c *testCluster) collectUntil(ctx context.Context, w *watcher, revs []uint64) []event {
 	c.t.Helper()
 	var evs []event
 	for {

@@ -20,9 +20,9 @@ import (
 // And that the cell serves TLS only: a plaintext client gets nothing.
 func TestPartitionIsolatesNode(t *testing.T) {
 	requireProcesses(t)
-	cfg := DefaultCellConfig(buildTroupe(t), t.TempDir())
+	cfg := DefaultClusterConfig(buildTroupe(t), t.TempDir())
 	cfg.Shards = 1
-	c, err := StartCell(cfg)
+	c, err := StartCluster(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

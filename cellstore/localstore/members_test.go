@@ -1,4 +1,4 @@
-package localcell_test
+package localstore_test
 
 import (
 	"context"
@@ -348,7 +348,7 @@ type writer struct {
 	quit chan struct{}
 }
 
-func startWriter(ctx context.Context, c *testCell) *writer {
+func startWriter(ctx context.Context, c *testCluster) *writer {
 	w := &writer{done: make(chan struct{}), quit: make(chan struct{})}
 	client := c.client(0) // the test adds clients meanwhile
 	go func() {

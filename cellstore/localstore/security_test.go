@@ -1,4 +1,4 @@
-package localcell_test
+package localstore_test
 
 import (
 	"context"
@@ -25,7 +25,7 @@ import (
 
 // clientWith is a store client of node 0 presenting creds (plaintext
 // when nil).
-func (c *testCell) clientWith(creds *pki.Source) storev1.StoreClient {
+func (c *testCluster) clientWith(creds *pki.Source) storev1.StoreClient {
 	c.t.Helper()
 	conn, err := grpc.NewClient(c.Node(0).GRPCAddr(), grpc.WithTransportCredentials(pki.StoreCredentials(creds)))
 	if err != nil {
@@ -35,7 +35,7 @@ func (c *testCell) clientWith(creds *pki.Source) storev1.StoreClient {
 	return storev1.NewStoreClient(conn)
 }
 
-func (c *testCell) as(id pki.Identity) storev1.StoreClient {
+func (c *testCluster) as(id pki.Identity) storev1.StoreClient {
 	c.t.Helper()
 	creds, err := c.Credentials(id)
 	if err != nil {
@@ -45,7 +45,7 @@ func (c *testCell) as(id pki.Identity) storev1.StoreClient {
 }
 
 // snapshot is every key of the cell with its version, as the admin reads it.
-func (c *testCell) snapshot(ctx context.Context) string {
+func (c *testCluster) snapshot(ctx context.Context) string {
 	c.t.Helper()
 	kvs, _ := c.rangeAll(ctx, 0, "", 0)
 	var b strings.Builder
@@ -220,7 +220,7 @@ func watchErr(ctx context.Context, cl storev1.StoreClient, prefix string) error 
 }
 
 // clientRaw dials node 0 with a hand-made TLS configuration.
-func (c *testCell) clientRaw(cfg *tls.Config) storev1.StoreClient {
+func (c *testCluster) clientRaw(cfg *tls.Config) storev1.StoreClient {
 	c.t.Helper()
 	conn, err := grpc.NewClient(c.Node(0).GRPCAddr(), grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
 	if err != nil {
@@ -230,7 +230,7 @@ func (c *testCell) clientRaw(cfg *tls.Config) storev1.StoreClient {
 	return storev1.NewStoreClient(conn)
 }
 
-func (c *testCell) caPool() *x509.CertPool {
+func (c *testCluster) caPool() *x509.CertPool {
 	pool := x509.NewCertPool()
 	pool.AddCert(c.CA().Cert)
 	return pool

@@ -1,4 +1,4 @@
-package localcell_test
+package localstore_test
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/troupe-cluster/troupe/cellstore/keyspace"
-	"github.com/troupe-cluster/troupe/cellstore/localcell"
+	"github.com/troupe-cluster/troupe/cellstore/localstore"
 	"github.com/troupe-cluster/troupe/cellstore/node"
 	"github.com/troupe-cluster/troupe/cellstore/pki"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
@@ -33,7 +33,7 @@ func BenchmarkBackupUnderLoad(b *testing.B) {
 	const shards, workers = 4, 16
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c, err := localcell.Start(ctx, localcell.Config{Dir: b.TempDir(), Replicas: 3, Shards: shards})
+	c, err := localstore.Start(ctx, localstore.Config{Dir: b.TempDir(), Replicas: 3, Shards: shards})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -20,8 +20,9 @@ import (
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
-// CellConfig describes a cell of `troupe store` processes.
-type CellConfig struct {
+// ClusterConfig describes a store cluster of `troupe store` processes:
+// the store of a cell, its nodes run as separate processes.
+type ClusterConfig struct {
 	// Binary is the troupe binary; each node runs its `store` command.
 	Binary string
 	// Dir holds node i's data in node-<i>/ and its output in node-<i>.log,
@@ -43,17 +44,17 @@ type CellConfig struct {
 	TxnTimeout time.Duration
 }
 
-// DefaultCellConfig returns three nodes and two shards of the binary,
+// DefaultClusterConfig returns three nodes and two shards of the binary,
 // with their data in dir.
-func DefaultCellConfig(binary, dir string) CellConfig {
-	return CellConfig{Binary: binary, Dir: dir, Nodes: 3, Shards: 2, RTT: 10 * time.Millisecond, SnapshotEntries: 500}
+func DefaultClusterConfig(binary, dir string) ClusterConfig {
+	return ClusterConfig{Binary: binary, Dir: dir, Nodes: 3, Shards: 2, RTT: 10 * time.Millisecond, SnapshotEntries: 500}
 }
 
 // Validate says precisely what is wrong with c, if anything.
-func (c CellConfig) Validate() error {
+func (c ClusterConfig) Validate() error {
 	var errs []error
 	add := func(format string, args ...any) {
-		errs = append(errs, fmt.Errorf("faults: CellConfig."+format, args...))
+		errs = append(errs, fmt.Errorf("faults: ClusterConfig."+format, args...))
 	}
 	if c.Binary == "" {
 		add("Binary is empty: need the path of a troupe binary")
@@ -86,14 +87,14 @@ const grpcAddr = "127.0.0.1:7000"
 
 func raftAddr(i int) string { return fmt.Sprintf("127.0.0.1:%d", 7101+i) }
 
-// A Cell runs store nodes as processes, each in a network namespace of
+// A Cluster runs store nodes as processes, each in a network namespace of
 // its own, joined by Links: raft[i][j] carries node i's connections to
 // node j, front[i] the harness's clients' connections to node i. Its
 // methods are safe for concurrent use. Nodes are numbered from 0 here;
 // node i has Raft replica ID i+1. Every node serves TLS only, with a
 // certificate of the cell's own CA (certs.go).
-type Cell struct {
-	cfg    CellConfig
+type Cluster struct {
+	cfg    ClusterConfig
 	nodes  []*process
 	raft   [][]*Link
 	front  []*Link
@@ -118,17 +119,17 @@ type process struct {
 	stopping syscall.Signal // what the harness sent it (0: nothing)
 }
 
-// StartCell starts a new cell and returns once its processes are
+// StartCluster starts a new cell and returns once its processes are
 // started; WaitReady waits for its leaders. Errors leave nothing
 // behind.
-func StartCell(cfg CellConfig) (c *Cell, err error) {
+func StartCluster(cfg ClusterConfig) (c *Cluster, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("faults: %w", err)
 	}
-	c = &Cell{cfg: cfg, raft: make([][]*Link, cfg.Nodes)}
+	c = &Cluster{cfg: cfg, raft: make([][]*Link, cfg.Nodes)}
 	defer func() {
 		if err != nil {
 			c.Close()
@@ -212,14 +213,14 @@ func StartCell(cfg CellConfig) (c *Cell, err error) {
 }
 
 // Size is the number of nodes.
-func (c *Cell) Size() int { return len(c.nodes) }
+func (c *Cluster) Size() int { return len(c.nodes) }
 
 // Shards is the cell's shard count.
-func (c *Cell) Shards() int { return c.cfg.Shards }
+func (c *Cluster) Shards() int { return c.cfg.Shards }
 
 // Endpoints are the gRPC addresses clients reach the nodes at, in node
 // order.
-func (c *Cell) Endpoints() []string {
+func (c *Cluster) Endpoints() []string {
 	var out []string
 	for _, l := range c.front {
 		out = append(out, l.Addr())
@@ -229,13 +230,13 @@ func (c *Cell) Endpoints() []string {
 
 // ClientTLS is the credentials of the harness's clients: an admin
 // certificate of the cell's CA.
-func (c *Cell) ClientTLS() *pki.Source { return c.admin }
+func (c *Cluster) ClientTLS() *pki.Source { return c.admin }
 
 // RaftLink is the link carrying node from's connections to node to.
-func (c *Cell) RaftLink(from, to int) *Link { return c.raft[from][to] }
+func (c *Cluster) RaftLink(from, to int) *Link { return c.raft[from][to] }
 
 // LogPaths are the nodes' output files, in node order.
-func (c *Cell) LogPaths() []string {
+func (c *Cluster) LogPaths() []string {
 	var out []string
 	for _, n := range c.nodes {
 		out = append(out, n.logPath)
@@ -244,7 +245,7 @@ func (c *Cell) LogPaths() []string {
 }
 
 // Running reports whether node i's process is running.
-func (c *Cell) Running(i int) bool {
+func (c *Cluster) Running(i int) bool {
 	n := c.nodes[i]
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -253,7 +254,7 @@ func (c *Cell) Running(i int) bool {
 
 // Start starts node i's process from its data directory, with the
 // flags extra after its usual ones (for this run only).
-func (c *Cell) Start(i int, extra ...string) error {
+func (c *Cluster) Start(i int, extra ...string) error {
 	n := c.nodes[i]
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -295,13 +296,13 @@ func (c *Cell) Start(i int, extra ...string) error {
 const stopTimeout = 15 * time.Second
 
 // Kill kills node i's process with SIGKILL and waits for it to end.
-func (c *Cell) Kill(i int) error { return c.signal(i, syscall.SIGKILL) }
+func (c *Cluster) Kill(i int) error { return c.signal(i, syscall.SIGKILL) }
 
 // Stop stops node i's process with SIGTERM and waits for it to end; one
 // that takes longer than stopTimeout is killed, and that is a problem.
-func (c *Cell) Stop(i int) error { return c.signal(i, syscall.SIGTERM) }
+func (c *Cluster) Stop(i int) error { return c.signal(i, syscall.SIGTERM) }
 
-func (c *Cell) signal(i int, sig syscall.Signal) error {
+func (c *Cluster) signal(i int, sig syscall.Signal) error {
 	n := c.nodes[i]
 	n.mu.Lock()
 	cmd, exited := n.cmd, n.exited
@@ -328,14 +329,14 @@ func (c *Cell) signal(i int, sig syscall.Signal) error {
 }
 
 // problem records something the cell did that it should not have.
-func (c *Cell) problem(format string, args ...any) {
+func (c *Cluster) problem(format string, args ...any) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.problems = append(c.problems, fmt.Sprintf(format, args...))
 }
 
 // Problems are the nodes' unexpected exits so far.
-func (c *Cell) Problems() []string {
+func (c *Cluster) Problems() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]string(nil), c.problems...)
@@ -343,7 +344,7 @@ func (c *Cell) Problems() []string {
 
 // Heal ends every fault: every Raft link unblocked and undelayed, every
 // stopped node started.
-func (c *Cell) Heal() error {
+func (c *Cluster) Heal() error {
 	for i, row := range c.raft {
 		for j, l := range row {
 			if i != j {
@@ -366,7 +367,7 @@ const statusTimeout = 500 * time.Millisecond
 
 // statuses asks every running node for its status; nil for those that
 // did not answer.
-func (c *Cell) statuses(ctx context.Context) []*storev1.StatusResponse {
+func (c *Cluster) statuses(ctx context.Context) []*storev1.StatusResponse {
 	out := make([]*storev1.StatusResponse, len(c.nodes))
 	var wg sync.WaitGroup
 	for i := range c.nodes {
@@ -387,7 +388,7 @@ func (c *Cell) statuses(ctx context.Context) []*storev1.StatusResponse {
 
 // Leader returns the node that leads shard (0-based) in the highest term
 // any running node reports.
-func (c *Cell) Leader(ctx context.Context, shard int) (int, error) {
+func (c *Cluster) Leader(ctx context.Context, shard int) (int, error) {
 	leader, term := -1, uint64(0)
 	for i, st := range c.statuses(ctx) {
 		for _, ss := range st.GetShards() {
@@ -407,7 +408,7 @@ const readyPoll = 50 * time.Millisecond
 
 // WaitReady waits until every node is running and knows a leader for
 // every shard, or ctx ends.
-func (c *Cell) WaitReady(ctx context.Context) error {
+func (c *Cluster) WaitReady(ctx context.Context) error {
 	tick := time.NewTicker(readyPoll)
 	defer tick.Stop()
 	for {
@@ -424,7 +425,7 @@ func (c *Cell) WaitReady(ctx context.Context) error {
 }
 
 // notReady says what WaitReady is still waiting for ("": nothing).
-func (c *Cell) notReady(ctx context.Context) string {
+func (c *Cluster) notReady(ctx context.Context) string {
 	for i, st := range c.statuses(ctx) {
 		if st == nil {
 			return fmt.Sprintf("node %d does not answer", i+1)
@@ -443,7 +444,7 @@ func (c *Cell) notReady(ctx context.Context) string {
 
 // Close kills every node, closes the links and lets the namespaces go;
 // the data stays in Dir.
-func (c *Cell) Close() error {
+func (c *Cluster) Close() error {
 	var errs []error
 	for i := range c.nodes {
 		if c.Running(i) {

@@ -1,6 +1,8 @@
-// Package localcell runs a store cell of several nodes inside one process,
-// on loopback, for tests, benchmarks and `troupe up`.
-package localcell
+// Package localstore runs a cell store cluster (several nodes, each
+// serving every shard) inside one process, on loopback, for tests,
+// benchmarks and `troupe up`. It is the store of a cell, not a whole
+// cell: tools/cell adds the schedulers, controllers and agents.
+package localstore
 
 import (
 	"context"
@@ -20,7 +22,7 @@ import (
 	"github.com/troupe-cluster/troupe/cellstore/pki"
 )
 
-// Config describes a local cell.
+// Config describes a local store cluster.
 type Config struct {
 	// Dir holds one data directory per node.
 	Dir      string
@@ -40,8 +42,9 @@ type Config struct {
 	Insecure bool
 }
 
-// Cell is a running local cell. Its methods are for one goroutine.
-type Cell struct {
+// Cluster is a running local store cluster. Its methods are for one
+// goroutine.
+type Cluster struct {
 	cfg   Config
 	cfgs  []node.Config
 	nodes []*node.Node // nil for a stopped node
@@ -53,7 +56,7 @@ type Cell struct {
 
 // Start starts the cell and waits until every node sees a leader for
 // every shard, or ctx ends.
-func Start(ctx context.Context, cfg Config) (*Cell, error) {
+func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.Replicas <= 0 || cfg.Shards <= 0 {
 		return nil, fmt.Errorf("localcell: need Replicas and Shards > 0, got %d and %d", cfg.Replicas, cfg.Shards)
 	}
@@ -71,7 +74,7 @@ func Start(ctx context.Context, cfg Config) (*Cell, error) {
 	for i, p := range ports {
 		members[uint64(i+1)] = fmt.Sprintf("127.0.0.1:%d", p)
 	}
-	c := &Cell{cfg: cfg, creds: map[pki.Identity]*pki.Source{}}
+	c := &Cluster{cfg: cfg, creds: map[pki.Identity]*pki.Source{}}
 	if !cfg.Insecure {
 		if c.ca, err = pki.EnsureLocal(c.PKIDir(), pki.LocalCell{Hosts: []string{"127.0.0.1", "localhost"}}, time.Now()); err != nil {
 			return nil, err
@@ -112,7 +115,7 @@ func Start(ctx context.Context, cfg Config) (*Cell, error) {
 
 // nodeConfig returns the configuration of node i (0-based), whose Raft
 // transport listens on raftAddr; member sets how it starts.
-func (c *Cell) nodeConfig(i int, raftAddr string, member func(*node.Config)) (node.Config, error) {
+func (c *Cluster) nodeConfig(i int, raftAddr string, member func(*node.Config)) (node.Config, error) {
 	nc := node.DefaultConfig()
 	nc.NodeID = uint64(i + 1)
 	nc.DataDir = filepath.Join(c.cfg.Dir, fmt.Sprintf("node-%d", i+1))
@@ -137,12 +140,12 @@ func (c *Cell) nodeConfig(i int, raftAddr string, member func(*node.Config)) (no
 
 // PKIDir holds the cell's CA and certificates, one pair per identity
 // named as its "role/name" with '/' and '*' replaced.
-func (c *Cell) PKIDir() string { return filepath.Join(c.cfg.Dir, "pki") }
+func (c *Cluster) PKIDir() string { return filepath.Join(c.cfg.Dir, "pki") }
 
 // Credentials returns credentials for id, issued by the cell's CA (the
 // first call for an identity issues its certificate); nil for an
 // Insecure cell.
-func (c *Cell) Credentials(id pki.Identity) (*pki.Source, error) {
+func (c *Cluster) Credentials(id pki.Identity) (*pki.Source, error) {
 	if c.ca == nil {
 		return nil, nil
 	}
@@ -166,7 +169,7 @@ func (c *Cell) Credentials(id pki.Identity) (*pki.Source, error) {
 // CredentialFiles returns the files of id's credentials, for a process
 // of the cell's (--ca, --cert, --key), issuing them on first use; an
 // Insecure cell has none.
-func (c *Cell) CredentialFiles(id pki.Identity) (pki.Files, error) {
+func (c *Cluster) CredentialFiles(id pki.Identity) (pki.Files, error) {
 	if c.ca == nil {
 		return pki.Files{}, errors.New("localcell: an insecure cell has no credentials")
 	}
@@ -181,7 +184,7 @@ func credentialName(id pki.Identity) string {
 }
 
 // issue issues id's certificate into the cell's directory.
-func (c *Cell) issue(id pki.Identity) (pki.Files, error) {
+func (c *Cluster) issue(id pki.Identity) (pki.Files, error) {
 	name := credentialName(id)
 	if err := c.ca.IssueTo(c.PKIDir(), name, pki.Leaf{Identity: id, Hosts: []string{"127.0.0.1", "localhost"}, Validity: 30 * 24 * time.Hour}, time.Now()); err != nil {
 		return pki.Files{}, fmt.Errorf("localcell: %w", err)
@@ -191,11 +194,11 @@ func (c *Cell) issue(id pki.Identity) (pki.Files, error) {
 
 // CA is the cell's certificate authority (nil for an Insecure cell), for
 // tests that issue certificates of their own (expired ones, say).
-func (c *Cell) CA() *pki.CA { return c.ca }
+func (c *Cluster) CA() *pki.CA { return c.ca }
 
 // Admin is the credentials of the cell's administrator (nil for an
 // Insecure cell).
-func (c *Cell) Admin() (*pki.Source, error) {
+func (c *Cluster) Admin() (*pki.Source, error) {
 	return c.Credentials(pki.Identity{Role: pki.RoleAdmin, Name: "localcell"})
 }
 
@@ -215,7 +218,7 @@ func restore(path string, nc node.Config) error {
 // StartNewNode starts one more node, with the next ID, as a joining
 // member: its shards stay empty until the cell adds it (Admin.AddMember)
 // and their leaders bring them up to date. It returns the node's index.
-func (c *Cell) StartNewNode() (int, error) {
+func (c *Cluster) StartNewNode() (int, error) {
 	ports, err := FreePorts(1)
 	if err != nil {
 		return 0, err
@@ -255,7 +258,7 @@ func FreePorts(n int) ([]int, error) {
 }
 
 // StartNode (re)starts node i (0-based) from its data directory.
-func (c *Cell) StartNode(i int) error {
+func (c *Cluster) StartNode(i int) error {
 	if c.nodes[i] != nil {
 		return fmt.Errorf("localcell: node %d is running", i+1)
 	}
@@ -263,7 +266,7 @@ func (c *Cell) StartNode(i int) error {
 }
 
 // startNode starts node i; nodes may start concurrently.
-func (c *Cell) startNode(i int) error {
+func (c *Cluster) startNode(i int) error {
 	n, err := node.Start(c.cfgs[i])
 	if err != nil {
 		return fmt.Errorf("localcell: node %d: %w", i+1, err)
@@ -274,7 +277,7 @@ func (c *Cell) startNode(i int) error {
 }
 
 // StopNode stops node i; its data stays for a later StartNode.
-func (c *Cell) StopNode(i int) {
+func (c *Cluster) StopNode(i int) {
 	if c.nodes[i] != nil {
 		c.nodes[i].Close()
 		c.nodes[i] = nil
@@ -282,13 +285,13 @@ func (c *Cell) StopNode(i int) {
 }
 
 // Node returns node i, or nil if it is stopped.
-func (c *Cell) Node(i int) *node.Node { return c.nodes[i] }
+func (c *Cluster) Node(i int) *node.Node { return c.nodes[i] }
 
 // Size is the number of nodes, running or not.
-func (c *Cell) Size() int { return len(c.nodes) }
+func (c *Cluster) Size() int { return len(c.nodes) }
 
 // Endpoints returns the gRPC address of every running node.
-func (c *Cell) Endpoints() []string {
+func (c *Cluster) Endpoints() []string {
 	var out []string
 	for _, n := range c.nodes {
 		if n != nil {
@@ -299,7 +302,7 @@ func (c *Cell) Endpoints() []string {
 }
 
 // WaitReady waits until every running node sees a leader for every shard.
-func (c *Cell) WaitReady(ctx context.Context) error {
+func (c *Cluster) WaitReady(ctx context.Context) error {
 	for _, n := range c.nodes {
 		if n == nil {
 			continue
@@ -312,7 +315,7 @@ func (c *Cell) WaitReady(ctx context.Context) error {
 }
 
 // Close stops every node.
-func (c *Cell) Close() error {
+func (c *Cluster) Close() error {
 	for i := range c.nodes {
 		c.StopNode(i)
 	}

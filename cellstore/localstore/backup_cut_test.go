@@ -1,4 +1,4 @@
-package localcell_test
+package localstore_test
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/troupe-cluster/troupe/cellstore/localcell"
+	"github.com/troupe-cluster/troupe/cellstore/localstore"
 	"github.com/troupe-cluster/troupe/cellstore/node"
 	"github.com/troupe-cluster/troupe/cellstore/statemachine"
 	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
@@ -132,7 +132,7 @@ func TestBackupIsConsistentCut(t *testing.T) {
 		took, time.Duration(frozen*float64(time.Second)), refusals, done-before, time.Duration(slowest.Load()))
 
 	later := time.Now().Add(30 * 24 * time.Hour)
-	r := startCellWith(t, localcell.Config{Replicas: 1, Shards: shards, RestoreFrom: path, Tune: func(nc *node.Config) {
+	r := startCellWith(t, localstore.Config{Replicas: 1, Shards: shards, RestoreFrom: path, Tune: func(nc *node.Config) {
 		nc.Server.Now = func() time.Time { return later.Add(time.Since(t0)) }
 	}})
 	for sh := range uint32(shards) {

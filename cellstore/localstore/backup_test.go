@@ -1,4 +1,4 @@
-package localcell_test
+package localstore_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/troupe-cluster/troupe/cellstore/localcell"
+	"github.com/troupe-cluster/troupe/cellstore/localstore"
 	"github.com/troupe-cluster/troupe/cellstore/node"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
@@ -55,7 +55,7 @@ func TestBackupRestore(t *testing.T) {
 		t.Fatalf("backup at revisions %v, the cell is at %v", sum.Revisions, c.revisions(0))
 	}
 
-	r := startCellWith(t, localcell.Config{Replicas: 1, Shards: shards, RestoreFrom: path})
+	r := startCellWith(t, localstore.Config{Replicas: 1, Shards: shards, RestoreFrom: path})
 	if got := r.revisions(0); !slices.Equal(got, sum.Revisions) {
 		t.Fatalf("restored cell at revisions %v, want %v", got, sum.Revisions)
 	}
