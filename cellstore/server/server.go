@@ -6,7 +6,8 @@
 // node's watch.Hub.
 //
 // The Backend interface hides Raft: cellstore/node implements it with
-// Dragonboat.
+// Dragonboat; MemBackend implements it in memory, one replica per shard,
+// for tests of the service without Raft.
 package server
 
 import (

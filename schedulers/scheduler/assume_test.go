@@ -13,6 +13,7 @@ import (
 
 	"github.com/troupe-cluster/troupe/clientlib"
 	"github.com/troupe-cluster/troupe/clientlib/clienttest"
+	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 	"github.com/troupe-cluster/troupe/schedulers/framework"
@@ -54,18 +55,13 @@ func (l *lateAssume) Commit(ctx context.Context, req *storev1.CommitRequest) (*s
 	for _, g := range resp.GetGroups() {
 		rev = max(rev, g.GetRevision())
 	}
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for {
-		if m := l.view.Machine(l.machine); m != nil && m.AllocVersions["cpu"] >= rev {
-			return resp, nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-tick.C:
-		}
+	if err := wait.Poll(ctx, "the view to show the commit", func() bool {
+		m := l.view.Machine(l.machine)
+		return m != nil && m.AllocVersions["cpu"] >= rev
+	}); err != nil {
+		return nil, err
 	}
+	return resp, nil
 }
 
 // An instance's assumption of what its fine-grained commit wrote to a

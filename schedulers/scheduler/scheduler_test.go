@@ -17,6 +17,7 @@ import (
 
 	"github.com/troupe-cluster/troupe/clientlib"
 	"github.com/troupe-cluster/troupe/clientlib/clienttest"
+	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 	"github.com/troupe-cluster/troupe/schedulers/profiles"
 	"github.com/troupe-cluster/troupe/schedulers/scheduler"
@@ -75,9 +76,7 @@ func TestCompetingBatchSchedulers(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
+	wait.Until(ctx, t, "every task bound", func() (bool, string) {
 		all, _, err := clientlib.List(ctx, admin, clientlib.Tasks, "")
 		if err != nil {
 			t.Fatal(err)
@@ -88,15 +87,8 @@ func TestCompetingBatchSchedulers(t *testing.T) {
 				bound++
 			}
 		}
-		if bound == tasks {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%d of %d tasks bound", bound, tasks)
-		case <-tick.C:
-		}
-	}
+		return bound == tasks, fmt.Sprintf("%d of %d tasks bound", bound, tasks)
+	})
 	// Audit: counters equal the requests bound per machine, within capacity.
 	all, _, _ := clientlib.List(ctx, admin, clientlib.Tasks, "")
 	want := map[string]int64{}
@@ -141,40 +133,26 @@ func TestCompetingBatchSchedulers(t *testing.T) {
 	// The jobs' events say what the schedulers did: placements, and why
 	// the oversized task fits nowhere.
 	for job, reason := range map[string]string{"j0": "Scheduled", "huge": "FailedScheduling"} {
-		for {
+		wait.Until(ctx, t, "a "+reason+" event of job "+job, func() (bool, string) {
 			evs, _, err := clientlib.List(ctx, admin, clientlib.Events, "ns/"+job+"/")
 			if err != nil {
 				t.Fatal(err)
 			}
 			i := slices.IndexFunc(evs, func(e *troupev1.Event) bool { return e.GetReason() == reason })
-			if i >= 0 {
-				if reason == "FailedScheduling" && !strings.Contains(evs[i].GetMessage(), "9000 cpu") {
-					t.Fatalf("FailedScheduling event without the reason: %v", evs[i])
-				}
-				break
+			if i >= 0 && reason == "FailedScheduling" && !strings.Contains(evs[i].GetMessage(), "9000 cpu") {
+				t.Fatalf("FailedScheduling event without the reason: %v", evs[i])
 			}
-			select {
-			case <-ctx.Done():
-				t.Fatalf("no %s event for job %s: %v", reason, job, evs)
-			case <-tick.C:
-			}
-		}
+			return i >= 0, fmt.Sprint(evs)
+		})
 	}
 	// Each instance publishes its counters, in its record and in
 	// Prometheus format.
 	for i, s := range scheds {
 		want := s.Stats().Placements
-		for {
+		wait.Until(ctx, t, fmt.Sprintf("the record of batch-%d with %d placements", i, want), func() (bool, string) {
 			rec, err := clientlib.Get(ctx, admin, clientlib.Schedulers, clientlib.Schedulers.Prefix+"batch-"+strconv.Itoa(i))
-			if err == nil && rec.GetCounters().GetPlacements() == want && rec.GetKind() == profiles.Batch {
-				break
-			}
-			select {
-			case <-ctx.Done():
-				t.Fatalf("record of batch-%d: %v %v, want %d placements", i, rec, err, want)
-			case <-tick.C:
-			}
-		}
+			return err == nil && rec.GetCounters().GetPlacements() == want && rec.GetKind() == profiles.Batch, fmt.Sprint(rec, err)
+		})
 		reg := prometheus.NewPedanticRegistry()
 		reg.MustRegister(s.Collector())
 		expected := fmt.Sprintf(`

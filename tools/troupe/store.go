@@ -19,13 +19,13 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/troupe-cluster/troupe/cellstore/authz"
 	"github.com/troupe-cluster/troupe/cellstore/node"
 	"github.com/troupe-cluster/troupe/cellstore/pki"
+	"github.com/troupe-cluster/troupe/cellstore/storeerr"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -200,7 +200,7 @@ func joinCell(endpoint string, cfg node.Config, n *node.Node) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	resp, err := storev1.NewAdminClient(conn).AddMember(ctx, &storev1.AddMemberRequest{NodeId: cfg.NodeID, RaftAddress: cfg.RaftAddr, ShardCount: cfg.Shards})
-	if nv := n.NonVoting(); status.Code(err) == codes.DeadlineExceeded && len(nv) > 0 {
+	if nv := n.NonVoting(); storeerr.Is(err, storeerr.NotCaughtUp) && len(nv) > 0 {
 		fmt.Printf("troupe store node %d joined the cell at %s and is still catching up: it does not vote in shards %s yet (troupe store members list)\n",
 			cfg.NodeID, endpoint, shardRanges(nv))
 		return nil
