@@ -25,8 +25,11 @@ const refreshWait = time.Second
 // or give the job up.
 func (s *Scheduler) scheduleJob(ctx context.Context, job string) {
 	for {
+		rec, ok := s.record(job)
+		if !ok {
+			return // still waiting: a wait since replaced the one that queued it
+		}
 		tasks := s.pendingTasks(job)
-		rec := s.record(job)
 		switch s.cfg.Policy.Begin(&rec.st, len(tasks), len(tasks) == 0 || s.gangComplete(job, tasks)) {
 		case Done:
 			s.done(job)
@@ -44,7 +47,7 @@ func (s *Scheduler) scheduleJob(ctx context.Context, job string) {
 		case Wait:
 			s.mu.Lock()
 			s.waits++
-			rec.waiting, rec.since = Shapes(failedTasks(plan)), s.waits
+			rec.waiting, rec.since, rec.until = Shapes(failedTasks(plan)), s.waits, s.clock.Now().Add(a.Delay)
 			s.mu.Unlock()
 			s.queue.AddAfter(job, a.Delay)
 		case BackOff:
@@ -57,8 +60,11 @@ func (s *Scheduler) scheduleJob(ctx context.Context, job string) {
 	}
 }
 
-// record returns the instance's record of job, made if need be.
-func (s *Scheduler) record(job string) *jobRecord {
+// record returns the instance's record of job, made if need be, to
+// decide about it; false when the job waits for room until later (the
+// back-off that queued it belongs to an earlier wait, and neither room
+// nor a change of its tasks has woken it since).
+func (s *Scheduler) record(job string) (*jobRecord, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.jobs[job]
@@ -66,8 +72,11 @@ func (s *Scheduler) record(job string) *jobRecord {
 		r = &jobRecord{}
 		s.jobs[job] = r
 	}
+	if r.waiting != nil && s.clock.Now().Before(r.until) {
+		return r, false
+	}
 	r.waiting = nil // being decided about
-	return r
+	return r, true
 }
 
 // done forgets job's record.

@@ -113,7 +113,8 @@ type Scheduler struct {
 type jobRecord struct {
 	st      JobState
 	waiting []framework.Room
-	since   uint64 // the wait's number (Scheduler.waits)
+	since   uint64    // the wait's number (Scheduler.waits)
+	until   time.Time // the wait's back-off ends
 }
 
 // Decision is one commit of a job's plan: the attempt (from 1 in a
@@ -243,8 +244,12 @@ func (s *Scheduler) taskChanged(key string, t *troupev1.Task) {
 	if a, ok := s.assumed[jobOf(t)][key]; ok && t.GetMetadata().GetVersion() >= a.version {
 		s.forget(jobOf(t), key) // the cache caught up with our placement (or what followed it)
 	}
+	pending := clientlib.Pending(t) && s.serves(t)
+	if r := s.jobs[jobOf(t)]; pending && r != nil {
+		r.waiting = nil // a change of its tasks ends a job's wait
+	}
 	s.mu.Unlock()
-	if clientlib.Pending(t) && s.serves(t) {
+	if pending {
 		s.queue.Add(jobOf(t))
 	}
 	s.signalChanged()

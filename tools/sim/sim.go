@@ -524,10 +524,11 @@ func (s *Simulator) finishDecision(sc *simScheduler, js *jobState, plan *framewo
 		s.at(s.now+a.Delay, func() { s.enqueue(js) })
 	case scheduler.Wait:
 		s.waits++
-		js.waiting, js.wait = true, s.waits
-		s.waiting = append(s.waiting, jobWait{js, s.waits})
+		n := s.waits
+		js.waiting, js.wait = true, n
+		s.waiting = append(s.waiting, jobWait{js, n})
 		s.at(s.now+a.Delay, func() {
-			if js.waiting {
+			if js.waiting && js.wait == n { // not woken (and waiting again) since
 				s.enqueue(js)
 			}
 		})
