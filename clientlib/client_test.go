@@ -97,13 +97,7 @@ func (cc *clientCluster) nodeOf(ep string) int {
 
 // keyOnShard returns the first fmt.Sprintf(format, i) that lives on shard.
 func (cc *clientCluster) keyOnShard(format string, shard uint32) string {
-	for i := range 100000 {
-		if k := fmt.Sprintf(format, i); cc.router.Shard(k) == shard {
-			return k
-		}
-	}
-	cc.t.Fatalf("no key %q on shard %d", format, shard)
-	return ""
+	return cc.router.KeyOn(shard, format)
 }
 
 // leaderOf returns the node that every running node sees leading shard,

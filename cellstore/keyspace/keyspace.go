@@ -13,6 +13,7 @@
 package keyspace
 
 import (
+	"fmt"
 	"hash/fnv"
 	"strings"
 )
@@ -73,6 +74,19 @@ func (r Router) Shard(key string) uint32 {
 	h := fnv.New64a()
 	h.Write([]byte(ShardKey(key)))
 	return uint32(h.Sum64() % uint64(r.shards))
+}
+
+// KeyOn returns the first key fmt.Sprintf(format, i), i = 0, 1, ...,
+// that lives on shard, for tests and benchmarks that aim at a shard
+// ("/machines/m%d"). It panics when the first million keys of format
+// miss the shard (format without a verb, or shard out of range).
+func (r Router) KeyOn(shard uint32, format string) string {
+	for i := range 1 << 20 {
+		if k := fmt.Sprintf(format, i); r.Shard(k) == shard {
+			return k
+		}
+	}
+	panic(fmt.Sprintf("keyspace: no key of the form %q on shard %d of %d", format, shard, r.shards))
 }
 
 // PrefixShards returns the shards that may hold keys under prefix: one

@@ -2,6 +2,7 @@ package keyspace
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -93,4 +94,19 @@ func TestCursorRoundTrip(t *testing.T) {
 	if _, err := DecodeCursor(c.Encode(), 4); err == nil {
 		t.Error("cursor of a 3-shard cell accepted by a 4-shard one")
 	}
+}
+
+func TestKeyOn(t *testing.T) {
+	r := NewRouter(4)
+	for sh := range uint32(4) {
+		if k := r.KeyOn(sh, "/machines/m%d"); r.Shard(k) != sh || !strings.HasPrefix(k, "/machines/m") {
+			t.Errorf("KeyOn(%d) = %q on shard %d", sh, k, r.Shard(k))
+		}
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("KeyOn of a shard out of range did not panic")
+		}
+	}()
+	r.KeyOn(4, "/machines/m%d")
 }

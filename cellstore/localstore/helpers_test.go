@@ -130,13 +130,7 @@ func (c *testCluster) txnID() string {
 // keyOnShard returns the first key fmt.Sprintf(format, i), i = 0, 1, ...,
 // that lives on shard.
 func (c *testCluster) keyOnShard(format string, shard uint32) string {
-	for i := range 100000 {
-		if k := fmt.Sprintf(format, i); c.router.Shard(k) == shard {
-			return k
-		}
-	}
-	c.t.Fatalf("no key of the form %q on shard %d", format, shard)
-	return ""
+	return c.router.KeyOn(shard, format)
 }
 
 // leader returns the node leading shard, as that node itself sees it, if

@@ -70,11 +70,7 @@ func newCrossShardServer(t *testing.T) *crossShardServer {
 // keyOn returns a key of the given family format ("/machines/m%d") on
 // shard.
 func (x *crossShardServer) keyOn(format string, shard uint32) string {
-	for i := 0; ; i++ {
-		if k := fmt.Sprintf(format, i); x.router.Shard(k) == shard {
-			return k
-		}
-	}
+	return x.router.KeyOn(shard, format)
 }
 
 func (x *crossShardServer) commit(t *testing.T, req *storev1.CommitRequest) *storev1.CommitResponse {

@@ -2,54 +2,13 @@ package cache
 
 import (
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/troupe-cluster/troupe/clientlib/cache/cachetest"
 	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 )
-
-// fakeClock fires After channels when Advance passes their deadline.
-type fakeClock struct {
-	mu      sync.Mutex
-	now     time.Time
-	waiters []fakeWaiter
-}
-
-type fakeWaiter struct {
-	at time.Time
-	ch chan time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) After(d time.Duration) <-chan time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ch := make(chan time.Time, 1)
-	c.waiters = append(c.waiters, fakeWaiter{c.now.Add(d), ch})
-	return ch
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	kept := c.waiters[:0]
-	for _, w := range c.waiters {
-		if !w.at.After(c.now) {
-			w.ch <- c.now
-		} else {
-			kept = append(kept, w)
-		}
-	}
-	c.waiters = kept
-}
 
 // get takes a key from q within a deadline.
 func get(t *testing.T, q *WorkQueue) string {
@@ -101,7 +60,7 @@ func TestWorkQueueDedupAndProcessing(t *testing.T) {
 }
 
 func TestWorkQueueRateLimit(t *testing.T) {
-	clock := &fakeClock{now: time.Unix(1000, 0)}
+	clock := cachetest.NewClock(time.Unix(1000, 0))
 	q := NewWorkQueue(QueueConfig{BaseDelay: 10 * time.Millisecond, MaxDelay: 40 * time.Millisecond, Clock: clock})
 	defer q.ShutDown()
 	for i, want := range []time.Duration{10, 20, 40, 40} {
@@ -109,7 +68,7 @@ func TestWorkQueueRateLimit(t *testing.T) {
 		if q.Failures("k") != i+1 {
 			t.Fatalf("failures %d, want %d", q.Failures("k"), i+1)
 		}
-		wait.Until(t.Context(), t, "the queue to wait on the clock", func() bool { clock.mu.Lock(); defer clock.mu.Unlock(); return len(clock.waiters) > 0 })
+		wait.Until(t.Context(), t, "the queue to wait on the clock", func() bool { return clock.Timers() > 0 })
 		clock.Advance(want*time.Millisecond - time.Millisecond)
 		if q.Len() != 0 {
 			t.Fatalf("attempt %d: queued before its %v backoff", i, want)

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 
 	"github.com/troupe-cluster/troupe/cellstore/memstore"
 	"github.com/troupe-cluster/troupe/clientlib"
+	"github.com/troupe-cluster/troupe/clientlib/cache/cachetest"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 	"github.com/troupe-cluster/troupe/schedulers/profiles"
 	"github.com/troupe-cluster/troupe/schedulers/scheduler"
@@ -80,14 +80,7 @@ func loopWorkload(t *testing.T) ([]workload.Job, []workload.Machine) {
 			Tasks: workload.Dist{Dist: "uniform", Min: 1, Max: 4}, DurationSeconds: workload.Dist{Dist: "uniform", Min: 10, Max: 40},
 			CPUCores: workload.Dist{Dist: "choice", Values: []float64{0.5, 1, 2, 2, 2, 6}}, MemoryGiB: workload.Dist{Dist: "fixed", Value: 1},
 			Priority: workload.Dist{Dist: "fixed", Value: 0}}}}
-	if err := wc.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	gen, err := workload.NewGenerator(wc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	jobs, err := workload.Collect(gen)
+	jobs, err := workload.Generate(wc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +107,7 @@ func describe(at time.Duration, d scheduler.Decision) string {
 func runLoop(t *testing.T, cfg sim.Config, jobs []workload.Job) []string {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	clock := &virtualClock{now: sim.Epoch()}
+	clock := cachetest.NewClock(sim.Epoch())
 	store := memstore.New(clock.Now, time.Minute)
 	cc := scheduler.NewCellCache(store, zap.NewNop())
 	sc := cfg.Schedulers[0]
@@ -228,51 +221,4 @@ func runLoop(t *testing.T, cfg sim.Config, jobs []workload.Job) []string {
 type event struct {
 	at  time.Duration
 	key string
-}
-
-// virtualClock is time that moves only when the test sets it; its
-// timers fire then.
-type virtualClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []timer
-}
-
-type timer struct {
-	at time.Time
-	ch chan time.Time
-}
-
-func (c *virtualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *virtualClock) After(d time.Duration) <-chan time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ch := make(chan time.Time, 1)
-	if d <= 0 {
-		ch <- c.now
-		return ch
-	}
-	c.timers = append(c.timers, timer{at: c.now.Add(d), ch: ch})
-	return ch
-}
-
-// Set moves the clock to now and fires the timers due.
-func (c *virtualClock) Set(now time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = now
-	kept := c.timers[:0]
-	for _, tm := range c.timers {
-		if tm.at.After(now) {
-			kept = append(kept, tm)
-			continue
-		}
-		tm.ch <- now
-	}
-	c.timers = kept
 }

@@ -116,14 +116,7 @@ func TestKillDriverAfterPrepare(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	router := keyspace.NewRouter(2)
-	keyOn := func(format string, shard uint32) string {
-		for i := 0; ; i++ {
-			if k := fmt.Sprintf(format, i); router.Shard(k) == shard {
-				return k
-			}
-		}
-	}
-	a, b := keyOn("/machines/a%d", 0), keyOn("/machines/b%d", 1)
+	a, b := router.KeyOn(0, "/machines/a%d"), router.KeyOn(1, "/machines/b%d")
 	put := func(k, v string) *storev1.Op {
 		return &storev1.Op{Op: &storev1.Op_Put{Put: &storev1.Put{Key: k, Value: []byte(v)}}}
 	}

@@ -34,14 +34,7 @@ func experiment(t testing.TB) (sim.Config, []workload.Job) {
 				CPUCores: workload.Dist{Dist: "fixed", Value: 1}, MemoryGiB: workload.Dist{Dist: "fixed", Value: 4},
 				Priority: workload.Dist{Dist: "fixed", Value: 100}, DistinctMachines: 1},
 		}}
-	if err := wc.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	gen, err := workload.NewGenerator(wc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	jobs, err := workload.Collect(gen)
+	jobs, err := workload.Generate(wc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,6 +28,15 @@ type classGen struct {
 	seq  int
 }
 
+// Generate validates c and returns every job its generator makes.
+func Generate(c Config) ([]Job, error) {
+	g, err := NewGenerator(c)
+	if err != nil {
+		return nil, err
+	}
+	return Collect(g)
+}
+
 // NewGenerator validates c and returns its generator. The cell is
 // c.Cell.Machines().
 func NewGenerator(c Config) (*Generator, error) {
