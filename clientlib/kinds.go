@@ -30,6 +30,9 @@ type Kind[T Object] struct {
 	// key returns the key of obj below Prefix.
 	key func(obj T) (string, error)
 	new func() T
+	// onPut and onDelete, if set, add what every write of an object of
+	// the kind writes beside it, in the same group.
+	onPut, onDelete func(g *Group, obj T)
 }
 
 // Key returns the store key of obj.
@@ -120,7 +123,8 @@ var (
 	Leases = Kind[*troupev1.Lease]{Name: "Lease", Prefix: "/leases/",
 		key: byName[*troupev1.Lease], new: func() *troupev1.Lease { return &troupev1.Lease{} }}
 	Jobs = Kind[*troupev1.Job]{Name: "Job", Namespaced: true, Prefix: "/jobs/",
-		key: byNamespaceName[*troupev1.Job], new: func() *troupev1.Job { return &troupev1.Job{} }}
+		key: byNamespaceName[*troupev1.Job], new: func() *troupev1.Job { return &troupev1.Job{} },
+		onPut: putJobStop, onDelete: deleteJobStop}
 	Tasks = Kind[*troupev1.Task]{Name: "Task", Namespaced: true, Prefix: "/tasks/",
 		key: func(t *troupev1.Task) (string, error) {
 			ns, err := segment("namespace", t.GetMetadata().GetNamespace())

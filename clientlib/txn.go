@@ -115,7 +115,11 @@ func PutObject[T Object](g *Group, k Kind[T], obj T) *Group {
 	if err == nil {
 		var value []byte
 		if value, err = Encode(obj); err == nil {
-			return g.Require(key, obj.GetMetadata().GetVersion()).Put(key, value)
+			g.Require(key, obj.GetMetadata().GetVersion()).Put(key, value)
+			if k.onPut != nil {
+				k.onPut(g, obj)
+			}
+			return g
 		}
 	}
 	g.t.fail(err)
@@ -130,7 +134,11 @@ func DeleteObject[T Object](g *Group, k Kind[T], obj T) *Group {
 		g.t.fail(err)
 		return g
 	}
-	return g.Require(key, obj.GetMetadata().GetVersion()).Delete(key)
+	g.Require(key, obj.GetMetadata().GetVersion()).Delete(key)
+	if k.onDelete != nil {
+		k.onDelete(g, obj)
+	}
+	return g
 }
 
 func (t *Txn) fail(err error) {

@@ -44,6 +44,11 @@ func TestDefaultKeys(t *testing.T) {
 		{agentM1, "/machineevents/m2/e1", OpCreate, false},
 		{agentM1, "/events/ns/job/e1", OpCreate, false},
 		{agentM1, "/runas/ns", OpRead, true},
+		// A task starts only while its job runs: agents check the
+		// jobs' stop keys, and cannot stop a job.
+		{agentM1, "/jobstops/ns/job", OpRead, true},
+		{agentM1, "/jobstops/ns/job", OpAdd, false},
+		{agentM1, "/jobstops/ns/job", OpPut, false},
 		{hollow, "/machines/hollow-0001", OpPut, true},
 		{hollow, "/runs/hollow-0001/ns/j/0", OpUpdate, true},
 		{hollow, "/machines/m1", OpRead, false},
@@ -57,6 +62,8 @@ func TestDefaultKeys(t *testing.T) {
 		{sched, "/jobs/ns/job", OpRead, true},
 		{sched, "/bindings/m1/ns/job/0", OpCreate, true},
 		{sched, "/alloc/m1/cpu", OpAdd, true},
+		{sched, "/jobstops/ns/job", OpRead, true},
+		{sched, "/jobstops/ns/job", OpPut, false},
 		{sched, "/runs/m1/ns/job/0", OpUpdate, false},
 		{sched, "/schedulers/batch-0", OpPut, true},
 		// Controllers: tasks and status, never a job's creation.

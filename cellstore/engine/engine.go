@@ -251,7 +251,9 @@ func (a *applier) add(overlay map[string]pending, op *storev1.Add) (*storev1.Fai
 			Message:        fmt.Sprintf("counter %q is %d; adding %d leaves [%d, %d]", k, cur, op.GetDelta(), op.GetMin(), op.GetMax()),
 		}, nil
 	}
-	overlay[k] = pending{value: strconv.AppendInt(nil, next, 10)}
+	if op.GetDelta() != 0 { // an add of 0 only checks the bounds: nothing changes
+		overlay[k] = pending{value: strconv.AppendInt(nil, next, 10)}
+	}
 	return nil, nil
 }
 

@@ -294,8 +294,10 @@ func modelGroup(work map[string]modelKV, g *storev1.Group, next uint64) (modelRe
 			if sum.Cmp(big.NewInt(o.Add.GetMin())) < 0 || sum.Cmp(big.NewInt(o.Add.GetMax())) > 0 || !sum.IsInt64() {
 				return modelResult{reason: storev1.FailureReason_FAILURE_REASON_BOUND_EXCEEDED, key: k, current: kv.version}, nil
 			}
-			work[k] = modelKV{value: []byte(sum.String()), version: next}
-			wrote = append(wrote, k)
+			if o.Add.GetDelta() != 0 { // an add of 0 only checks the bounds
+				work[k] = modelKV{value: []byte(sum.String()), version: next}
+				wrote = append(wrote, k)
+			}
 		}
 	}
 	return modelResult{committed: true}, wrote

@@ -22,7 +22,7 @@ import (
 var (
 	machineFamilies = map[string]bool{"machines": true, "leases": true, "alloc": true, "bindings": true, "runs": true,
 		"machineevents": true}
-	jobFamilies = map[string]bool{"jobs": true, "tasks": true, "events": true}
+	jobFamilies = map[string]bool{"jobs": true, "tasks": true, "events": true, "jobstops": true}
 )
 
 // segments returns how many path segments after the family make up the

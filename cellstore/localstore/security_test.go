@@ -84,14 +84,15 @@ func TestRolesAgainstARealCell(t *testing.T) {
 	// Allowed: the agent registers its machine and reports a run; the
 	// scheduler binds a task and counts; the viewer reads.
 	for name, err := range map[string]error{
-		"agent creates its machine":   commit(agent, cond("/machines/m1", 0, putOp("/machines/m1", "m1"))),
-		"agent creates its run":       commit(agent, cond("/runs/m1/ns/j/0", 0, putOp("/runs/m1/ns/j/0", "r"))),
-		"scheduler binds a task":      commit(sched, cond("/tasks/ns/j/0", taskVersion, putOp("/tasks/ns/j/0", "bound")), cond("/bindings/m1/ns/j/0", 0, putOp("/bindings/m1/ns/j/0", "b")), group(addOp("/alloc/m1/cpu", 100, 0, 1000))),
-		"viewer reads":                func() error { _, err := view.Get(ctx, &storev1.GetRequest{Key: "/jobs/ns/j"}); return err }(),
-		"agent watches its bindings":  watchErr(ctx, agent, "/bindings/m1/"),
-		"scheduler asks for status":   func() error { _, err := sched.Status(ctx, &storev1.StatusRequest{}); return err }(),
-		"agent ranges its own runs":   func() error { _, err := agent.Range(ctx, &storev1.RangeRequest{Prefix: "/runs/m1/"}); return err }(),
-		"viewer ranges the whole key": func() error { _, err := view.Range(ctx, &storev1.RangeRequest{Prefix: ""}); return err }(),
+		"agent creates its machine":     commit(agent, cond("/machines/m1", 0, putOp("/machines/m1", "m1"))),
+		"agent creates its run":         commit(agent, cond("/runs/m1/ns/j/0", 0, putOp("/runs/m1/ns/j/0", "r"))),
+		"scheduler binds a task":        commit(sched, cond("/tasks/ns/j/0", taskVersion, putOp("/tasks/ns/j/0", "bound")), cond("/bindings/m1/ns/j/0", 0, putOp("/bindings/m1/ns/j/0", "b")), group(addOp("/alloc/m1/cpu", 100, 0, 1000))),
+		"viewer reads":                  func() error { _, err := view.Get(ctx, &storev1.GetRequest{Key: "/jobs/ns/j"}); return err }(),
+		"agent watches its bindings":    watchErr(ctx, agent, "/bindings/m1/"),
+		"scheduler asks for status":     func() error { _, err := sched.Status(ctx, &storev1.StatusRequest{}); return err }(),
+		"agent ranges its own runs":     func() error { _, err := agent.Range(ctx, &storev1.RangeRequest{Prefix: "/runs/m1/"}); return err }(),
+		"viewer ranges the whole key":   func() error { _, err := view.Range(ctx, &storev1.RangeRequest{Prefix: ""}); return err }(),
+		"agent checks a job's stop key": commit(agent, cond("/runs/m1/ns/j/1", 0, putOp("/runs/m1/ns/j/1", "r"), addOp("/jobstops/ns/j", 0, 0, 0))),
 	} {
 		if err != nil {
 			t.Errorf("%s: %v", name, err)
@@ -115,6 +116,7 @@ func TestRolesAgainstARealCell(t *testing.T) {
 		"scheduler writes a run":                     commit(sched, group(putOp("/runs/m2/ns/j/0", "r"))),
 		"viewer writes":                              commit(view, group(putOp("/jobs/ns/j", "mine"))),
 		"viewer adds":                                commit(view, group(addOp("/alloc/m1/cpu", 1, 0, 10))),
+		"agent stops a job":                          commit(agent, group(addOp("/jobstops/ns/j", 1, 0, 1))),
 		"viewer deletes":                             commit(view, group(deleteOp("/jobs/ns/j"))),
 		"cross-shard commit with one forbidden part": commit(sched, cond("/tasks/ns/j/0", 2, putOp("/tasks/ns/j/0", "x")), group(deleteOp("/jobs/ns/j"))),
 	}

@@ -133,6 +133,9 @@ func opKind(op *storev1.Op, conds []*storev1.Condition) authz.Op {
 	case *storev1.Op_Delete:
 		return authz.OpDelete
 	case *storev1.Op_Add:
+		if op.GetAdd().GetDelta() == 0 {
+			return authz.OpRead // an add of 0 checks the counter's bounds and writes nothing
+		}
 		return authz.OpAdd
 	}
 	for _, c := range conds {

@@ -74,6 +74,9 @@ type Result struct {
 	Committed []Placement
 	// Conflicted are placements that lost to another writer, with why.
 	Conflicted []Conflicted
+	// Stopped are placements refused because their job was stopped or
+	// deleted: not to be retried.
+	Stopped []Placement
 	// Counters are the machine counters the committed placements wrote,
 	// for the scheduler to assume before its cache shows them: the value
 	// is exact in Coarse mode and a lower bound in Fine mode (others may
@@ -104,6 +107,10 @@ type Conflicted struct {
 // (Fine: adds bounded by capacity; Coarse: on condition that the counters
 // are unchanged since the snapshot). A preemption's victims go back to
 // pending in the same group, so eviction and placement commit together.
+// Every placement is conditioned on its job still running
+// (clientlib.RequireJobRunning): once a job's stop or deletion is
+// committed, no placement of it commits, and the plan's placements of it
+// come back in Stopped.
 //
 // Groups: Incremental mode in Fine detection gives each placement its
 // own group. In Coarse detection the placements on one machine share a
@@ -158,7 +165,7 @@ func requestSize(groups [][]Placement) int {
 	for i, members := range groups {
 		n := 0
 		for _, p := range members {
-			n += 2 + 2*len(p.Victims) + 2*len(p.Task.Requests) // writes, and at most a condition and an add per resource
+			n += 3 + 2*len(p.Victims) + 2*len(p.Task.Requests) // writes, the job's condition, and at most a condition and an add per resource
 		}
 		if i > 0 && (i == maxRequestGroups || ops+n > maxRequestOps) {
 			return i
@@ -204,6 +211,10 @@ func commitGroups(ctx context.Context, s clientlib.Store, groups [][]Placement, 
 		members := groups[i]
 		if !g.Committed {
 			for _, p := range members {
+				if clientlib.JobStopped(g.Conflict) {
+					res.Stopped = append(res.Stopped, p)
+					continue
+				}
 				res.Conflicted = append(res.Conflicted, Conflicted{Placement: p, Conflict: g.Conflict})
 			}
 			continue
@@ -258,6 +269,7 @@ func writeBinding(g *clientlib.Group, p Placement, scheduler string, now time.Ti
 	bound := proto.Clone(p.Task.Task).(*troupev1.Task)
 	bound.Binding = &troupev1.TaskBinding{Machine: p.Machine.Name, Scheduler: scheduler, BoundAt: timestamppb.New(now)}
 	bound.Status = &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_BOUND}
+	clientlib.RequireJobRunning(g, bound.GetMetadata().GetNamespace(), bound.GetSpec().GetJob())
 	clientlib.PutObject(g, clientlib.Tasks, bound)
 	ref := clientlib.TaskRef(bound.GetMetadata().GetNamespace(), bound.GetSpec().GetJob(), bound.GetSpec().GetIndex())
 	clientlib.PutObject(g, clientlib.Bindings, &troupev1.Binding{

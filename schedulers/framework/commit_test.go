@@ -190,3 +190,41 @@ func TestLargePlanCommitsInSeveralRequests(t *testing.T) {
 		t.Fatalf("gang: %v, %d committed in %d requests", err, len(res.Committed), counting.commits)
 	}
 }
+
+// A job deleted (or stopped) after the decision loses every placement:
+// they come back in Stopped, not as conflicts to retry, and nothing of
+// the job is bound; another job's placements in the same plan commit.
+func TestStoppedJobPlacesNothing(t *testing.T) {
+	for _, stop := range []string{"delete", "stop"} {
+		t.Run(stop, func(t *testing.T) {
+			h := newHarness(t)
+			job, err := clientlib.Create(h.ctx, h.store, clientlib.Jobs, &troupev1.Job{Metadata: &troupev1.ObjectMeta{Name: "gone", Namespace: "ns"},
+				Spec: &troupev1.JobSpec{Count: 2, Template: &troupev1.TaskTemplate{Command: "/bin/true"}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tasks := append(h.pending("gone", 2, 100), h.pending("kept", 1, 100)...)
+			snap := h.snapshot(1000)
+			tx := clientlib.NewTxn(h.store)
+			if stop == "delete" {
+				clientlib.DeleteObject(tx.Group(), clientlib.Jobs, job)
+			} else {
+				job.Spec.Stopped = true
+				clientlib.PutObject(tx.Group(), clientlib.Jobs, job)
+			}
+			if out, err := tx.Commit(h.ctx); err != nil || out.Err() != nil {
+				t.Fatalf("%s the job: %v %v", stop, err, out.Err())
+			}
+			res := h.commit(snap, tasks, framework.Modes{})
+			if len(res.Stopped) != 2 || len(res.Conflicted) != 0 || len(res.Committed) != 1 || res.Committed[0].Task.Job != "ns/kept" {
+				t.Fatalf("stopped %d, conflicted %d, committed %v", len(res.Stopped), len(res.Conflicted), res.Committed)
+			}
+			for i := range 2 {
+				task, err := clientlib.Get(h.ctx, h.store, clientlib.Tasks, fmt.Sprintf("/tasks/ns/gone/%d", i))
+				if err != nil || task.GetBinding() != nil {
+					t.Errorf("task %d after the job's %s: %v %v", i, stop, task, err)
+				}
+			}
+		})
+	}
+}

@@ -310,7 +310,7 @@ func (s *scheduling) tooLarge(t *Task, machines int) *Status {
 	}
 	for _, r := range slices.Sorted(maps.Keys(t.Requests)) {
 		if q := t.Requests[r]; q > 0 && q > s.snap.MaxFree[r] {
-			return NewStatus(Unschedulable, "Schedule", fmt.Sprintf("0/%d machines fit: none has %d %s free", machines, q, r))
+			return NewStatus(Unschedulable, "Schedule", fmt.Sprintf("0/%d machines fit: none has %s %s free", machines, clientlib.FormatQuantity(r, q), r))
 		}
 	}
 	return nil

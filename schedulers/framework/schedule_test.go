@@ -165,7 +165,7 @@ func TestMaxFreeFailsWithoutScanning(t *testing.T) {
 	snap := &Snapshot{Machines: []*Machine{m}, MaxFree: map[string]int64{"cpu": 511}}
 	task := &Task{Key: "/tasks/ns/j/0", Job: "ns/j", Task: &troupev1.Task{}, Requests: map[string]int64{"cpu": 512}}
 	plan := Schedule(Profile{Filters: []FilterPlugin{&fit{}}}, snap, []*Task{task})
-	if len(plan.Failures) != 1 || plan.Examined != 0 || !strings.Contains(plan.Failures[0].Status.String(), "none has 512 cpu free") {
+	if len(plan.Failures) != 1 || plan.Examined != 0 || !strings.Contains(plan.Failures[0].Status.String(), "none has 512m cpu free") {
 		t.Fatalf("plan %+v, failure %v", plan, plan.Failures)
 	}
 }

@@ -118,7 +118,7 @@ func (s *Scheduler) decide(ctx context.Context, job string, tasks []*framework.T
 		return s.cfg.Policy.After(st, Outcome{Err: err}), plan, nil
 	}
 	s.stats.decided(start, s.clock.Now(), len(tasks), len(res.Committed), len(res.Conflicted), len(plan.Failures))
-	a := s.cfg.Policy.After(st, Outcome{Placed: len(res.Committed), Conflicted: len(res.Conflicted), Unfit: len(plan.Failures)})
+	a := s.cfg.Policy.After(st, Outcome{Placed: len(res.Committed), Conflicted: len(res.Conflicted), Stopped: len(res.Stopped), Unfit: len(plan.Failures)})
 	s.recordOutcome(job, attempt, plan, res)
 	s.observe(Decision{Job: job, Attempt: attempt, Plan: plan, Result: res, Action: a})
 	return a, plan, res

@@ -103,11 +103,12 @@ type Action struct {
 }
 
 // Outcome is what became of one decision about a job: its placements
-// committed, lost to conflicts, and the tasks that fit nowhere (all of a
-// gang's tasks when it does not fit whole), or the commit's error.
+// committed, lost to conflicts, refused because the job was stopped or
+// deleted meanwhile, and the tasks that fit nowhere (all of a gang's
+// tasks when it does not fit whole), or the commit's error.
 type Outcome struct {
-	Placed, Conflicted, Unfit int
-	Err                       error
+	Placed, Conflicted, Stopped, Unfit int
+	Err                                error
 }
 
 // Begin is asked before a decision about a job with pending tasks, of
@@ -135,7 +136,7 @@ func (p Policy) After(st *JobState, o Outcome) Action {
 		st.backoffs = 0
 	}
 	switch {
-	case o.Conflicted+o.Unfit == 0:
+	case o.Stopped > 0 || o.Conflicted+o.Unfit == 0: // a stopped job has nothing left to place
 		st.attempt = 0
 		return Action{Step: Done}
 	case p.AbandonAfter > 0 && st.decisions >= p.AbandonAfter:

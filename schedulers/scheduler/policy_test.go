@@ -12,7 +12,7 @@ import (
 // the pending tasks and the outcome of the decision Begin allows, and the
 // action the policy must answer.
 func TestPolicy(t *testing.T) {
-	p := Policy{MaxAttempts: 3, Backoff: time.Second, RetryBase: 10 * time.Millisecond, RetryMax: 35 * time.Millisecond, AbandonAfter: 9}
+	p := Policy{MaxAttempts: 3, Backoff: time.Second, RetryBase: 10 * time.Millisecond, RetryMax: 35 * time.Millisecond, AbandonAfter: 10}
 	if err := p.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -29,8 +29,9 @@ func TestPolicy(t *testing.T) {
 		{"a new round", conflict, Action{Step: Retry}},
 		{"a failed commit backs off longer", Outcome{Err: errors.New("unavailable")}, Action{Step: BackOff, Delay: 20 * time.Millisecond}},
 		{"tasks that fit nowhere wait", Outcome{Placed: 1, Unfit: 1}, Action{Step: Wait, Delay: time.Second}},
+		{"a stopped job is done", Outcome{Stopped: 2, Unfit: 1}, Action{Step: Done}},
 		{"a conflict after waiting is retried", conflict, Action{Step: Retry}},
-		{"the ninth decision abandons", conflict, Action{Step: Abandon}},
+		{"the tenth decision abandons", conflict, Action{Step: Abandon}},
 	}
 	var st JobState
 	for i, s := range steps {

@@ -505,7 +505,8 @@ func (s *Simulator) finishDecision(sc *simScheduler, js *jobState, plan *framewo
 		s.placed(js, p, res)
 	}
 	attempt := js.policy.Attempt()
-	a := s.cfg.Policy.After(&js.policy, scheduler.Outcome{Placed: len(res.Committed), Conflicted: len(res.Conflicted), Unfit: len(plan.Failures)})
+	a := s.cfg.Policy.After(&js.policy, scheduler.Outcome{Placed: len(res.Committed), Conflicted: len(res.Conflicted),
+		Stopped: len(res.Stopped), Unfit: len(plan.Failures)})
 	if s.cfg.Observe != nil {
 		s.cfg.Observe(s.now, sc.cfg.Name, scheduler.Decision{Job: js.key, Attempt: attempt, Plan: plan, Result: res, Action: a})
 	}

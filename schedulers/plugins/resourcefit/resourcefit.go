@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/troupe-cluster/troupe/clientlib"
 	"github.com/troupe-cluster/troupe/schedulers/framework"
 )
 
@@ -37,7 +38,8 @@ func (*ResourceFit) Name() string { return Name }
 func (*ResourceFit) FitFilter() {}
 
 // Filter reports Unschedulable with one reason per resource that does not
-// fit, in resource-name order.
+// fit, in resource-name order, amounts written as the CLI writes them
+// (clientlib.FormatQuantity: "insufficient cpu: requested 500m, free 200m").
 func (*ResourceFit) Filter(t *framework.Task, m *framework.Machine) *framework.Status {
 	// The common case, everything fits, allocates nothing.
 	fits := true
@@ -58,10 +60,11 @@ func (*ResourceFit) Filter(t *framework.Task, m *framework.Machine) *framework.S
 				continue
 			}
 			if _, ok := m.Capacity[r]; !ok {
-				reasons = append(reasons, fmt.Sprintf("machine has no %s: requested %d", r, req))
+				reasons = append(reasons, fmt.Sprintf("machine has no %s: requested %s", r, clientlib.FormatQuantity(r, req)))
 				continue
 			}
-			reasons = append(reasons, fmt.Sprintf("insufficient %s: requested %d, free %d", r, req, m.Free(r)))
+			reasons = append(reasons, fmt.Sprintf("insufficient %s: requested %s, free %s", r,
+				clientlib.FormatQuantity(r, req), clientlib.FormatQuantity(r, m.Free(r))))
 		}
 		return reasons
 	})

@@ -23,13 +23,13 @@ func TestFilter(t *testing.T) {
 		{"fits exactly", map[string]int64{"cpu": 200, "memory": 600}, nil},
 		{"zero request of a missing resource", map[string]int64{"fpga": 0, "cpu": 1}, nil},
 		{"cpu does not fit", map[string]int64{"cpu": 500, "memory": 1},
-			[]string{"insufficient cpu: requested 500, free 200"}},
+			[]string{"insufficient cpu: requested 500m, free 200m"}},
 		{"missing resource", map[string]int64{"fpga": 1},
 			[]string{"machine has no fpga: requested 1"}},
 		{"zero capacity", map[string]int64{"gpu": 1},
 			[]string{"insufficient gpu: requested 1, free 0"}},
 		{"every misfit, sorted", map[string]int64{"memory": 601, "cpu": 201, "fpga": 2, "gpu": 0},
-			[]string{"insufficient cpu: requested 201, free 200", "machine has no fpga: requested 2", "insufficient memory: requested 601, free 600"}},
+			[]string{"insufficient cpu: requested 201m, free 200m", "machine has no fpga: requested 2", "insufficient memory: requested 601, free 600"}},
 	}
 	p := New()
 	for _, tc := range tests {

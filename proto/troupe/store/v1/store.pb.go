@@ -309,7 +309,9 @@ func (x *Delete) GetKey() string {
 }
 
 // Add changes the int64 counter stored at key (decimal text; an absent key
-// counts as 0) by delta, only if the result stays within [min, max].
+// counts as 0) by delta, only if the result stays within [min, max]. An
+// add of 0 writes nothing: it is a condition that the counter lies within
+// [min, max], and needs only read permission.
 type Add struct {
 	state         protoimpl.MessageState
 	sizeCache     protoimpl.SizeCache
