@@ -28,7 +28,7 @@ import (
 // the commit latencies of the commits that overlapped a backup and of
 // the others.
 //
-//	go test ./cellstore/localcell -run '^$' -bench BackupUnderLoad -benchtime 20x
+//	go test ./cellstore/localstore -run '^$' -bench BackupUnderLoad -benchtime 20x
 func BenchmarkBackupUnderLoad(b *testing.B) {
 	const shards, workers = 4, 16
 	ctx, cancel := context.WithCancel(context.Background())

@@ -1,7 +1,7 @@
 // Package localstore runs a cell store cluster (several nodes, each
-// serving every shard) inside one process, on loopback, for tests,
-// benchmarks and `troupe up`. It is the store of a cell, not a whole
-// cell: tools/cell adds the schedulers, controllers and agents.
+// serving every shard) inside one process, on loopback, for tests and
+// benchmarks. It is the store of a cell, not a whole cell: tools/cell
+// runs a whole cell in one process (`troupe up`).
 package localstore
 
 import (
@@ -58,10 +58,10 @@ type Cluster struct {
 // every shard, or ctx ends.
 func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.Replicas <= 0 || cfg.Shards <= 0 {
-		return nil, fmt.Errorf("localcell: need Replicas and Shards > 0, got %d and %d", cfg.Replicas, cfg.Shards)
+		return nil, fmt.Errorf("localstore: need Replicas and Shards > 0, got %d and %d", cfg.Replicas, cfg.Shards)
 	}
 	if cfg.RestoreFrom != "" && cfg.Replicas != 1 {
-		return nil, fmt.Errorf("localcell: a restored cell starts with one node, not %d; add the others with StartNewNode", cfg.Replicas)
+		return nil, fmt.Errorf("localstore: a restored cell starts with one node, not %d; add the others with StartNewNode", cfg.Replicas)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
@@ -160,7 +160,7 @@ func (c *Cluster) Credentials(id pki.Identity) (*pki.Source, error) {
 	}
 	s, err := pki.NewSource(f, nil)
 	if err != nil {
-		return nil, fmt.Errorf("localcell: %w", err)
+		return nil, fmt.Errorf("localstore: %w", err)
 	}
 	c.creds[id] = s
 	return s, nil
@@ -171,7 +171,7 @@ func (c *Cluster) Credentials(id pki.Identity) (*pki.Source, error) {
 // Insecure cell has none.
 func (c *Cluster) CredentialFiles(id pki.Identity) (pki.Files, error) {
 	if c.ca == nil {
-		return pki.Files{}, errors.New("localcell: an insecure cell has no credentials")
+		return pki.Files{}, errors.New("localstore: an insecure cell has no credentials")
 	}
 	if _, err := c.Credentials(id); err != nil {
 		return pki.Files{}, err
@@ -187,7 +187,7 @@ func credentialName(id pki.Identity) string {
 func (c *Cluster) issue(id pki.Identity) (pki.Files, error) {
 	name := credentialName(id)
 	if err := c.ca.IssueTo(c.PKIDir(), name, pki.Leaf{Identity: id, Hosts: []string{"127.0.0.1", "localhost"}, Validity: 30 * 24 * time.Hour}, time.Now()); err != nil {
-		return pki.Files{}, fmt.Errorf("localcell: %w", err)
+		return pki.Files{}, fmt.Errorf("localstore: %w", err)
 	}
 	return pki.DirFiles(c.PKIDir(), name), nil
 }
@@ -199,18 +199,18 @@ func (c *Cluster) CA() *pki.CA { return c.ca }
 // Admin is the credentials of the cell's administrator (nil for an
 // Insecure cell).
 func (c *Cluster) Admin() (*pki.Source, error) {
-	return c.Credentials(pki.Identity{Role: pki.RoleAdmin, Name: "localcell"})
+	return c.Credentials(pki.Identity{Role: pki.RoleAdmin, Name: "localstore"})
 }
 
 // restore restores the backup file at path into nc's data directory.
 func restore(path string, nc node.Config) error {
 	f, err := os.Open(path)
 	if err != nil {
-		return fmt.Errorf("localcell: %w", err)
+		return fmt.Errorf("localstore: %w", err)
 	}
 	defer f.Close()
 	if _, err := node.Restore(nc.DataDir, f, nc.Logger); err != nil {
-		return fmt.Errorf("localcell: node %d: %w", nc.NodeID, err)
+		return fmt.Errorf("localstore: node %d: %w", nc.NodeID, err)
 	}
 	return nil
 }
@@ -260,7 +260,7 @@ func FreePorts(n int) ([]int, error) {
 // StartNode (re)starts node i (0-based) from its data directory.
 func (c *Cluster) StartNode(i int) error {
 	if c.nodes[i] != nil {
-		return fmt.Errorf("localcell: node %d is running", i+1)
+		return fmt.Errorf("localstore: node %d is running", i+1)
 	}
 	return c.startNode(i)
 }
@@ -269,7 +269,7 @@ func (c *Cluster) StartNode(i int) error {
 func (c *Cluster) startNode(i int) error {
 	n, err := node.Start(c.cfgs[i])
 	if err != nil {
-		return fmt.Errorf("localcell: node %d: %w", i+1, err)
+		return fmt.Errorf("localstore: node %d: %w", i+1, err)
 	}
 	c.nodes[i] = n
 	c.cfgs[i].GRPCAddr = n.GRPCAddr() // keep the port across restarts

@@ -30,7 +30,7 @@ import (
 // ending, abandoned). Decisions take no virtual time in both, so the
 // one scheduler's decisions never overlap and nothing conflicts; the
 // retry of conflicts is the policy's (TestPolicy) and is exercised in a
-// cell by TestConflictRetries.
+// cell by TestConflictsRetryOnlyTheFailedUpToTheBound.
 func TestLoopMatchesSimulator(t *testing.T) {
 	jobs, machines := loopWorkload(t)
 	policy := scheduler.DefaultPolicy(20 * time.Second)
