@@ -126,7 +126,7 @@ func (c Config) Validate() error {
 // Agent is a running node agent.
 type Agent struct {
 	cfg      Config
-	c        *clientlib.Client
+	s        clientlib.Store
 	bindings *cache.Informer[*troupev1.Binding]
 
 	mu      sync.Mutex
@@ -135,13 +135,14 @@ type Agent struct {
 	logAddr string           // where logs are served ("" if not)
 }
 
-// New returns an agent over client c.
-func New(c *clientlib.Client, cfg Config) (*Agent, error) {
+// New returns an agent over store s (a *clientlib.Client, or an in-memory
+// store in tests and the simulator).
+func New(s clientlib.Store, cfg Config) (*Agent, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg.withDefaults(), c: c, running: map[string]*task{}}
-	a.bindings = clientlib.NewInformer(c, clientlib.Bindings, cfg.Machine+"/", nil)
+	a := &Agent{cfg: cfg.withDefaults(), s: s, running: map[string]*task{}}
+	a.bindings = clientlib.NewInformer(s, clientlib.Bindings, cfg.Machine+"/", nil)
 	return a, nil
 }
 
@@ -211,11 +212,11 @@ func write[T clientlib.Object](ctx context.Context, a *Agent, k clientlib.Kind[T
 		return err
 	}
 	obj = proto.Clone(obj).(T)
-	cur, err := clientlib.Get(ctx, a.c, k, key)
+	cur, err := clientlib.Get(ctx, a.s, k, key)
 	var unreadable *clientlib.UnreadableError
 	switch {
 	case errors.Is(err, clientlib.ErrNotFound):
-		_, err = clientlib.Create(ctx, a.c, k, obj)
+		_, err = clientlib.Create(ctx, a.s, k, obj)
 		return err
 	case errors.As(err, &unreadable):
 		a.cfg.Logger.Error("agent: unreadable value written over", zap.String("key", key), zap.Uint64("version", unreadable.Version),
@@ -234,7 +235,7 @@ func write[T clientlib.Object](ctx context.Context, a *Agent, k clientlib.Kind[T
 			return nil
 		}
 	}
-	_, err = clientlib.Update(ctx, a.c, k, obj)
+	_, err = clientlib.Update(ctx, a.s, k, obj)
 	return err
 }
 

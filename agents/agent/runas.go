@@ -25,7 +25,7 @@ func (a *Agent) runAs(ctx context.Context, b *troupev1.Binding) (string, error) 
 		return a.cfg.TaskUser, nil
 	}
 	ns, _, _ := strings.Cut(b.GetMetadata().GetName(), "/")
-	p, err := clientlib.Get(ctx, a.c, clientlib.RunAsPolicies, clientlib.RunAsPolicies.Prefix+ns)
+	p, err := clientlib.Get(ctx, a.s, clientlib.RunAsPolicies, clientlib.RunAsPolicies.Prefix+ns)
 	switch {
 	case errors.Is(err, clientlib.ErrNotFound):
 		return "", fmt.Errorf("%w: namespace %q has no RunAsPolicy, so its tasks run only as %q, not as %q",

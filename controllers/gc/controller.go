@@ -36,7 +36,7 @@ type Config struct {
 // Collector is a running garbage collector.
 type Collector struct {
 	cfg   Config
-	c     *clientlib.Client
+	s     clientlib.Store
 	runs  *cache.Informer[*troupev1.Run]
 	tasks *cache.Informer[*troupev1.Task]
 
@@ -46,13 +46,14 @@ type Collector struct {
 	skipped map[string]bool
 }
 
-// New returns a collector over client c.
-func New(c *clientlib.Client, cfg Config) (*Collector, error) {
+// New returns a collector over store s (a *clientlib.Client, or an
+// in-memory store in tests).
+func New(s clientlib.Store, cfg Config) (*Collector, error) {
 	if cfg.Now == nil || cfg.Logger == nil || cfg.Retention < 0 || cfg.Interval <= 0 {
 		return nil, errors.New("gc: Now, Logger, a non-negative Retention and a positive Interval are required")
 	}
-	return &Collector{cfg: cfg, c: c, runs: clientlib.NewInformer(c, clientlib.Runs, "", nil),
-		tasks: clientlib.NewInformer(c, clientlib.Tasks, "", nil)}, nil
+	return &Collector{cfg: cfg, s: s, runs: clientlib.NewInformer(s, clientlib.Runs, "", nil),
+		tasks: clientlib.NewInformer(s, clientlib.Tasks, "", nil)}, nil
 }
 
 // Run collects every Interval until ctx ends.
@@ -79,9 +80,9 @@ func (gc *Collector) Run(ctx context.Context) error {
 // cached: they are many and read only here.
 func (gc *Collector) Collect(ctx context.Context) (int, error) {
 	now := gc.cfg.Now()
-	deleted, errs := deleteIf(ctx, gc.c, clientlib.Runs, gc.runs.Indexer().List(), func(r *troupev1.Run) bool { return gc.collectable(r, now) })
+	deleted, errs := deleteIf(ctx, gc.s, clientlib.Runs, gc.runs.Indexer().List(), func(r *troupev1.Run) bool { return gc.collectable(r, now) })
 	for _, k := range []clientlib.Kind[*troupev1.Event]{clientlib.Events, clientlib.MachineEvents} {
-		events, _, err := clientlib.List(ctx, gc.c, k, "")
+		events, _, err := clientlib.List(ctx, gc.s, k, "")
 		var unreadable clientlib.Unreadables
 		if err == nil || errors.As(err, &unreadable) {
 			gc.reportUnreadable(k, unreadable)
@@ -91,7 +92,7 @@ func (gc *Collector) Collect(ctx context.Context) (int, error) {
 			errs = append(errs, err)
 			continue
 		}
-		n, more := deleteIf(ctx, gc.c, k, events, func(e *troupev1.Event) bool {
+		n, more := deleteIf(ctx, gc.s, k, events, func(e *troupev1.Event) bool {
 			return !e.GetLastSeen().AsTime().Add(gc.cfg.Retention).After(now)
 		})
 		deleted += n
@@ -121,14 +122,14 @@ func (gc *Collector) reportUnreadable(k clientlib.Kind[*troupev1.Event], unreada
 }
 
 // deleteIf deletes the objects of kind k that collectable accepts.
-func deleteIf[T clientlib.Object](ctx context.Context, c *clientlib.Client, k clientlib.Kind[T], objs []T, collectable func(T) bool) (int, []error) {
+func deleteIf[T clientlib.Object](ctx context.Context, s clientlib.Store, k clientlib.Kind[T], objs []T, collectable func(T) bool) (int, []error) {
 	deleted := 0
 	var errs []error
 	for _, o := range objs {
 		if !collectable(o) {
 			continue
 		}
-		if err := clientlib.Delete(ctx, c, k, o); err != nil {
+		if err := clientlib.Delete(ctx, s, k, o); err != nil {
 			errs = append(errs, err)
 			continue
 		}

@@ -7,6 +7,14 @@
 // are recorded as the machine's Events (MachineLost, with how long ago the
 // lease expired and how many tasks were released; MachineReady).
 //
+// The decision is a pure function, Plan: (machine, its lease, the tasks
+// bound to it, now) in, the Changes to commit out. Check reads the
+// caches, calls it for each machine, and commits what it returns; the
+// scripts in testdata/*.txt drive Plan (see plan_script_test.go).
+//
+//	caches ─▶ machine, lease, bound tasks ─▶ Plan(…, now) ─▶ Changes
+//	          ─▶ write Status ─▶ release each task ─▶ record Events
+//
 // A machine, lease or task whose stored value cannot be read (see
 // clientlib.DecodeAt) is skipped, logged once and recorded as an
 // Unreadable event on its machine (its job, for a task); a machine whose
@@ -16,13 +24,11 @@ package node
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/troupe-cluster/troupe/clientlib"
 	"github.com/troupe-cluster/troupe/clientlib/cache"
@@ -42,22 +48,23 @@ type Config struct {
 // Controller is a running node lifecycle controller.
 type Controller struct {
 	cfg      Config
-	c        *clientlib.Client
+	s        clientlib.Store
 	machines *cache.Informer[*troupev1.Machine]
 	leases   *cache.Informer[*troupev1.Lease]
 	tasks    *cache.Informer[*troupev1.Task]
 	checking sync.Mutex // one Check at a time
 }
 
-// New returns a node lifecycle controller over client c.
-func New(c *clientlib.Client, cfg Config) (*Controller, error) {
+// New returns a node lifecycle controller over store s (a
+// *clientlib.Client, or an in-memory store in tests).
+func New(s clientlib.Store, cfg Config) (*Controller, error) {
 	if cfg.Now == nil || cfg.Logger == nil || cfg.Interval <= 0 {
 		return nil, errors.New("node controller: Now, Logger and a positive Interval are required")
 	}
-	ctl := &Controller{cfg: cfg, c: c,
-		machines: clientlib.NewInformer(c, clientlib.Machines, "", nil),
-		leases:   clientlib.NewInformer(c, clientlib.Leases, "", nil),
-		tasks:    clientlib.NewInformer(c, clientlib.Tasks, "", clientlib.TaskIndexes()),
+	ctl := &Controller{cfg: cfg, s: s,
+		machines: clientlib.NewInformer(s, clientlib.Machines, "", nil),
+		leases:   clientlib.NewInformer(s, clientlib.Leases, "", nil),
+		tasks:    clientlib.NewInformer(s, clientlib.Tasks, "", clientlib.TaskIndexes()),
 	}
 	ctl.machines.AddHandler(cache.Handler[*troupev1.Machine]{OnUnreadable: cfg.Events.RecordUnreadable})
 	ctl.leases.AddHandler(cache.Handler[*troupev1.Lease]{OnUnreadable: cfg.Events.RecordUnreadable})
@@ -93,61 +100,37 @@ func (ctl *Controller) Check(ctx context.Context) {
 		if !ok && ctl.leases.Unreadable(clientlib.Leases.Prefix+name) != nil {
 			continue // the lease is skipped: whether the machine is alive is unknown
 		}
-		alive := ok && lease.GetRenewed().AsTime().Add(lease.GetDuration().AsDuration()).After(now)
-		lost := m.GetStatus().GetPhase() == troupev1.MachinePhase_MACHINE_PHASE_LOST
-		var err error
-		released, becameLost := 0, false
-		switch {
-		case !alive && !lost:
-			err = ctl.setPhase(ctx, m, troupev1.MachinePhase_MACHINE_PHASE_LOST, "lease expired")
-			if err == nil {
-				becameLost = true
-				ctl.cfg.Logger.Info("machine lost", zap.String("machine", name))
-			}
-		case alive && lost:
-			err = ctl.setPhase(ctx, m, troupev1.MachinePhase_MACHINE_PHASE_READY, "")
-			if err == nil {
-				ctl.cfg.Events.Record(clientlib.Machines.Name, "", name, name, clientlib.EventNormal, "MachineReady", "Lease renewed: the machine is READY again")
-			}
+		if !ok {
+			lease = nil
 		}
-		if err == nil && !alive {
-			released, err = ctl.release(ctx, name, now)
-		}
-		if becameLost {
-			expired := "No lease"
-			if ok {
-				expired = fmt.Sprintf("Lease of %s expired %v ago", lease.GetHolder(),
-					now.Sub(lease.GetRenewed().AsTime().Add(lease.GetDuration().AsDuration())).Round(time.Millisecond))
-			}
-			ctl.cfg.Events.Record(clientlib.Machines.Name, "", name, name, clientlib.EventWarning, "MachineLost",
-				fmt.Sprintf("%s; %d task(s) released", expired, released))
-		}
-		if err != nil && ctx.Err() == nil {
+		ch := Plan(m, lease, ctl.tasks.Indexer().ByIndex(clientlib.IndexMachine, name), now)
+		if err := ctl.commit(ctx, m, ch); err != nil && ctx.Err() == nil {
 			// A conflict or a failure: the next check tries again.
 			ctl.cfg.Logger.Info("node lifecycle", zap.String("machine", name), zap.Error(err))
 		}
 	}
 }
 
-func (ctl *Controller) setPhase(ctx context.Context, m *troupev1.Machine, phase troupev1.MachinePhase, msg string) error {
-	u := proto.Clone(m).(*troupev1.Machine)
-	u.Status = &troupev1.MachineStatus{Phase: phase, Message: msg}
-	_, err := clientlib.Update(ctx, ctl.c, clientlib.Machines, u)
-	return err
-}
-
-// release unbinds every task bound to a lost machine and marks it LOST;
-// it says how many it released.
-func (ctl *Controller) release(ctx context.Context, machine string, now time.Time) (int, error) {
+// commit writes ch: the machine's status, then each release (all of
+// them, whatever fails), then records the events.
+func (ctl *Controller) commit(ctx context.Context, m *troupev1.Machine, ch Changes) error {
+	if ch.Status != nil {
+		u := proto.Clone(m).(*troupev1.Machine)
+		u.Status = ch.Status
+		if _, err := clientlib.Update(ctx, ctl.s, clientlib.Machines, u); err != nil {
+			return err
+		}
+		if ch.Status.GetPhase() == troupev1.MachinePhase_MACHINE_PHASE_LOST {
+			ctl.cfg.Logger.Info("machine lost", zap.String("machine", m.GetMetadata().GetName()))
+		}
+	}
 	released := 0
 	var errs []error
-	for _, t := range ctl.tasks.Indexer().ByIndex(clientlib.IndexMachine, machine) {
-		tx := clientlib.NewTxn(ctl.c)
+	for _, r := range ch.Release {
+		tx := clientlib.NewTxn(ctl.s)
 		g := tx.Group()
-		u := clientlib.Unbind(g, t)
-		u.Status = &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_LOST, Reason: "machine " + machine + " lost",
-			Finished: timestamppb.New(now)}
-		clientlib.PutObject(g, clientlib.Tasks, u)
+		clientlib.Unbind(g, r.From)
+		clientlib.PutObject(g, clientlib.Tasks, r.To)
 		out, err := tx.Commit(ctx)
 		if err == nil {
 			err = out.Err()
@@ -157,5 +140,8 @@ func (ctl *Controller) release(ctx context.Context, machine string, now time.Tim
 		}
 		errs = append(errs, err)
 	}
-	return released, errors.Join(errs...)
+	for _, e := range ch.Events(released) {
+		ctl.cfg.Events.Record(e.InvolvedKind, e.Namespace, e.Scope, e.Name, e.Type, e.Reason, e.Message)
+	}
+	return errors.Join(errs...)
 }

@@ -1,0 +1,58 @@
+// Package job is the job controller: it closes the gap between what a Job
+// asks for and the tasks that exist.
+//
+//   - It creates a job's tasks (one per index below spec.count), pending
+//     for the job's scheduler.
+//   - It follows each bound task's Run (written by the machine's agent):
+//     a running task is marked RUNNING; a finished one is unbound (its
+//     Binding deleted, its machine's counters given back) and marked
+//     SUCCEEDED or FAILED.
+//   - Restarts are shared with the agents. A task carries its job's
+//     restart policy (ALWAYS taken as ON_FAILURE for batch jobs),
+//     max_retries and retry_backoff, and under ON_FAILURE or ALWAYS its
+//     machine's agent restarts the process in place; a batch task whose
+//     run failed under those policies has used its retries there and is
+//     not replaced. Otherwise failed and lost tasks are replaced (the same
+//     index, attempt+1, after spec.retry_backoff): batch jobs up to
+//     spec.max_retries, service jobs always; a service job keeps
+//     spec.count replicas, stopping the tasks above it.
+//   - A stopped job's tasks are unbound and marked STOPPED; a deleted
+//     job's tasks are deleted (and unbound).
+//   - The job's status counts its tasks; a batch job succeeds when every
+//     task has, and fails when a task fails with no retries left.
+//
+// # A pure core, I/O outside
+//
+// The decisions are two pure functions, with no store, clock or logger
+// inside; the Controller's sync of a job reads its caches, calls them,
+// and commits what they return:
+//
+//	caches: the job, its tasks, their runs
+//	   │
+//	   ├─ each bound task ─▶ Observe(task, run) ─▶ TaskUpdate ─▶ commit
+//	   │                                                    │
+//	   ▼            the tasks, as written ◀─────────────────┘
+//	Plan(State{job, tasks}, now) ─▶ Changes ─▶ commit in order: Delete,
+//	                                           Update, Create (batched),
+//	                                           Status; requeue after RetryIn
+//
+// Each change is its own small transaction with version conditions, but
+// for the creation of tasks, whose puts go in as few requests as the
+// store's limits allow (one group per task, each on the condition that
+// the task does not exist yet); a conflict requeues the job, which is
+// synced again from fresh caches. Once a change is written its events
+// are recorded (Config.Events): tasks created (TasksCreated) or stopped
+// above a reduced count (ScaledDown), a task failed (Failed, with its
+// exit code), retried (Retrying, n of max_retries) or, for a service,
+// replaced (Replaced), and the job succeeded, failed or stopped.
+//
+// The scripts in testdata/*.txt drive Observe and Plan through these
+// cases (see plan_script_test.go).
+//
+// A job, task or run whose stored value cannot be read (see
+// clientlib.DecodeAt) is skipped, logged once and recorded as an
+// Unreadable event on its job (its machine, for a run): an unreadable
+// job gets no tasks and its tasks are left alone; an unreadable task is
+// neither created again over nor counted in its job's status
+// (State.Unreadable).
+package job
