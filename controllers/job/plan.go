@@ -235,7 +235,6 @@ func Plan(s State, now time.Time) Changes {
 			wait := spec.GetRetryBackoff().AsDuration() - now.Sub(t.GetStatus().GetFinished().AsTime())
 			if t.GetStatus().GetFinished() == nil || wait <= 0 {
 				ch.Update = append(ch.Update, replace(job, t, now))
-				status.Retries++
 				status.Pending++
 				continue
 			}
@@ -250,8 +249,27 @@ func Plan(s State, now time.Time) Changes {
 		ch.Create = append(ch.Create, missing[:n:n])
 		missing = missing[n:]
 	}
+	status.Retries = retries(tasks, ch.Update)
 	ch.Status, ch.StatusEvents = jobStatus(job, status, exhausted, now)
 	return ch
+}
+
+// retries is how many times the job's tasks were replaced: the sum of
+// their attempts once the updates are written. It is worked out from the
+// tasks, not counted up sync by sync, so that a status write that loses
+// a race (the job's cache behind the controller's own last write) loses
+// no count: the next sync writes it again.
+func retries(tasks map[int32]*troupev1.Task, updates []TaskUpdate) int32 {
+	var n int32
+	for _, t := range tasks {
+		n += t.GetSpec().GetAttempt()
+	}
+	for _, u := range updates {
+		if u.Action == Replaced {
+			n++
+		}
+	}
+	return n
 }
 
 func finished(t *troupev1.Task) bool {
@@ -397,7 +415,6 @@ func jobStatus(job *troupev1.Job, st *troupev1.JobStatus, exhausted string, now 
 		st.Phase = troupev1.JobPhase_JOB_PHASE_PENDING
 	}
 	old := job.GetStatus()
-	st.Retries += old.GetRetries()
 	final := st.Phase == troupev1.JobPhase_JOB_PHASE_SUCCEEDED || st.Phase == troupev1.JobPhase_JOB_PHASE_FAILED
 	if final {
 		st.Finished = old.GetFinished()
