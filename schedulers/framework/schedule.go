@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/troupe-cluster/troupe/clientlib"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 )
 

@@ -139,7 +139,7 @@ func TestCompetingBatchSchedulers(t *testing.T) {
 				t.Fatal(err)
 			}
 			i := slices.IndexFunc(evs, func(e *troupev1.Event) bool { return e.GetReason() == reason })
-			if i >= 0 && reason == "FailedScheduling" && !strings.Contains(evs[i].GetMessage(), "9000 cpu") {
+			if i >= 0 && reason == "FailedScheduling" && !strings.Contains(evs[i].GetMessage(), "9000m cpu") {
 				t.Fatalf("FailedScheduling event without the reason: %v", evs[i])
 			}
 			return i >= 0, fmt.Sprint(evs)
