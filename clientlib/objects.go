@@ -116,7 +116,10 @@ func Delete[T Object](ctx context.Context, s Store, k Kind[T], obj T) error {
 		if err != nil {
 			return err
 		}
-		t.Group().Delete(key)
+		g := t.Group().Delete(key) // whatever its version
+		if k.onDelete != nil {
+			k.onDelete(g, obj)
+		}
 	} else {
 		DeleteObject(t.Group(), k, obj)
 	}

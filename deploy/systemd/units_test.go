@@ -223,22 +223,22 @@ func TestUnitsSandboxed(t *testing.T) {
 // commented example (#NAME=value).
 var envLine = regexp.MustCompile(`^(#?)([A-Za-z_][A-Za-z0-9_]*)=(.*)$`)
 
-// flagLine is a flag in the usage a flag.FlagSet prints.
-var flagLine = regexp.MustCompile(`^  -([a-z0-9][a-z0-9-]*)`)
+// flagLine is a flag in the help cobra prints: "      --data-dir string"
+// or "  -n, --namespace string".
+var flagLine = regexp.MustCompile(`^ +(?:-[a-z0-9], )?--([a-z0-9][a-z0-9-]*)`)
 
 // flagVars returns the variables of the flags of `troupe command`:
 // TROUPE_ and the flag's name in capitals, '-' as '_'.
 func flagVars(t *testing.T, bin, command string) map[string]bool {
 	t.Helper()
-	// -h prints the usage on stderr and exits non-zero.
 	out, _ := exec.Command(bin, command, "-h").CombinedOutput()
-	if !bytes.Contains(out, []byte("Usage of "+command)) {
+	if !bytes.Contains(out, []byte("troupe "+command+" [flags]")) {
 		t.Fatalf("troupe %s -h printed no usage:\n%s", command, out)
 	}
 	vars := map[string]bool{}
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
-		if m := flagLine.FindStringSubmatch(sc.Text()); m != nil {
+		if m := flagLine.FindStringSubmatch(sc.Text()); m != nil && m[1] != "help" {
 			vars["TROUPE_"+strings.ToUpper(strings.ReplaceAll(m[1], "-", "_"))] = true
 		}
 	}

@@ -30,6 +30,7 @@ func TestAgentHollow(t *testing.T) {
 	defer cancel()
 	lc := clienttest.Start(ctx, t)
 	c := lc.Client()
+	// --store: the deprecated name of --endpoint still works.
 	agent := exec.Command(bin, append([]string{"agent", "--store", lc.EndpointList(), "--machine", "rack1",
 		"--hollow", "3", "--capacity", "cpu=8000,memory=16Gi", "--labels", "zone=z1"},
 		lc.Flags(pki.Identity{Role: pki.RoleAgent, Name: "rack1-hollow-*"})...)...)
@@ -77,12 +78,14 @@ func TestAgentHollow(t *testing.T) {
 }
 
 func TestParseResources(t *testing.T) {
-	got, err := parseResources("cpu=4000,memory=8Gi,gpu=2,disk=10G")
 	want := map[string]int64{"cpu": 4000, "memory": 8 << 30, "gpu": 2, "disk": 10e9}
-	if err != nil || fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("got %v %v, want %v", got, err, want)
+	for _, in := range []string{"cpu=4000,memory=8Gi,gpu=2,disk=10G", "cpu=4000m,memory=8Gi,gpu=2,disk=10G"} {
+		got, err := parseResources(in)
+		if err != nil || fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("%s: got %v %v, want %v", in, got, err, want)
+		}
 	}
-	for _, bad := range []string{"cpu", "cpu=4 cores", "memory=-1Gi", "=3"} {
+	for _, bad := range []string{"cpu", "cpu=4 cores", "memory=-1Gi", "=3", "memory=1m"} {
 		if _, err := parseResources(bad); err == nil {
 			t.Errorf("%q parsed", bad)
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -14,8 +15,16 @@ import (
 func TestCertsInitJob(t *testing.T) {
 	dir := t.TempDir()
 	caDir, out := filepath.Join(dir, "ca"), filepath.Join(dir, "pki")
-	args := []string{"--dir", caDir, "--exist-ok", "--out-dir", out, "--issue", "store/1@store-1,127.0.0.1", "--issue", "agent/rack1-hollow-*", "--issue", "admin/admin"}
-	if err := certsInit(args); err != nil {
+	// Flags before and after the subcommand, as the compose cell's job
+	// gives them.
+	args := []string{"certs", "--dir", caDir, "init", "--exist-ok", "--out-dir", out, "--issue", "store/1@store-1,127.0.0.1", "--issue", "agent/rack1-hollow-*", "--issue", "admin/admin"}
+	certsInit := func(args ...string) error {
+		if stdout, stderr, code := (cli{}).run(t.Context(), args...); code != 0 {
+			return fmt.Errorf("troupe %v: exit status %d\n%s%s", args, code, stdout, stderr)
+		}
+		return nil
+	}
+	if err := certsInit(args...); err != nil {
 		t.Fatal(err)
 	}
 	read := func(f string) string {
@@ -26,7 +35,7 @@ func TestCertsInitJob(t *testing.T) {
 		return string(b)
 	}
 	ca, store := read(filepath.Join(caDir, pki.CACertFile)), read(pki.DirFiles(out, "store-1").Cert)
-	if err := certsInit(args); err != nil {
+	if err := certsInit(args...); err != nil {
 		t.Fatal(err)
 	}
 	if read(filepath.Join(caDir, pki.CACertFile)) != ca || read(pki.DirFiles(out, "store-1").Cert) != store {
@@ -44,7 +53,7 @@ func TestCertsInitJob(t *testing.T) {
 			t.Errorf("%s: identity %s, want %s", name, s.Identity(), want)
 		}
 	}
-	if err := certsInit([]string{"--dir", caDir}); err == nil {
+	if err := certsInit("certs", "init", "--dir", caDir); err == nil {
 		t.Fatal("certs init replaced an existing CA without --force")
 	}
 }

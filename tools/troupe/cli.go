@@ -3,74 +3,70 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/troupe-cluster/troupe/cellstore/pki"
 	"github.com/troupe-cluster/troupe/clientlib"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 )
 
-// cliClient connects the CLI to a cell.
-func cliClient(fs *flag.FlagSet, args []string) (*clientlib.Client, context.Context, context.CancelFunc, error) {
-	c, _, ctx, cancel, err := cliClientCreds(fs, args)
-	return c, ctx, cancel, err
-}
-
-// cliClientCreds connects the CLI to a cell, and returns its credentials
-// too (nil with --insecure).
-func cliClientCreds(fs *flag.FlagSet, args []string) (*clientlib.Client, *pki.Source, context.Context, context.CancelFunc, error) {
-	cf := registerCLIFlags(fs)
-	timeout := fs.Duration("timeout", 10*time.Second, "request timeout")
-	if err := parseFlags(fs, args); err != nil {
-		return nil, nil, nil, nil, err
+// applyCommand is `troupe apply -f FILE|DIR...`: it creates or updates
+// the objects of manifest files so that the cell matches them; applying
+// the same file twice changes nothing.
+func (a *app) applyCommand() *cobra.Command {
+	var (
+		files []string
+		ns    string
+		cf    *connFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "apply -f FILE|DIR [-f ...]",
+		Short: "Create or update objects from manifest files",
+		Long: `Create or update the objects of manifest files (YAML or JSON; a directory's
+*.yaml, *.yml and *.json files) so that the cell matches them; applying the
+same file twice changes nothing. A job without metadata.namespace goes to
+--namespace (default "default").`,
+		Example: `  troupe apply -f deploy/examples/batch.yaml
+  troupe apply -f deploy/examples -n team-a`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if len(files) == 0 {
+				return usagef("give -f FILE|DIR")
+			}
+			c, _, ctx, cancel, err := a.connect(cmd, cf)
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			defer c.Close()
+			return eachManifest(a.out, files, ns, func(m clientlib.Manifest) (string, error) { return applyObject(ctx, c, m) })
+		},
 	}
-	creds, err := cf.source()
-	if err != nil {
-		return nil, nil, nil, nil, err
-	}
-	cc := clientlib.DefaultConfig(cf.endpoints()...)
-	cc.TLS = creds
-	c, err := clientlib.New(cc)
-	if err != nil {
-		return nil, nil, nil, nil, err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
-	return c, creds, ctx, cancel, nil
-}
-
-// runApply creates or updates the objects of manifest files so that the
-// cell matches them; applying the same file twice changes nothing.
-func runApply(args []string) error {
-	fs := flag.NewFlagSet("apply", flag.ContinueOnError)
-	var files []string
-	fs.Func("f", "manifest file or directory (repeatable)", func(s string) error { files = append(files, s); return nil })
-	c, ctx, cancel, err := cliClient(fs, args)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	defer c.Close()
-	if len(files) == 0 {
-		return errors.New("apply: give -f FILE|DIR")
-	}
-	return eachManifest(files, func(m clientlib.Manifest) (string, error) { return applyObject(ctx, c, m) })
+	fs := cmd.Flags()
+	fs.StringArrayVarP(&files, "filename", "f", nil, "manifest file or directory (repeatable)")
+	fs.StringVarP(&ns, "namespace", "n", defaultNamespace, "namespace of the jobs whose manifests name none")
+	cf = a.addConnFlags(cmd, 10*time.Second, "request timeout")
+	return cmd
 }
 
 // eachManifest calls do for every object of the manifest files (or
-// directories) in files, in order, and prints what it did.
-func eachManifest(files []string, do func(m clientlib.Manifest) (string, error)) error {
+// directories) in files, in order, and prints what it did. Objects of
+// namespaced kinds without a namespace get ns. It goes on past an object
+// do fails for, and returns the failures, joined, at the end.
+func eachManifest(out io.Writer, files []string, ns string, do func(m clientlib.Manifest) (string, error)) error {
 	paths, err := manifestPaths(files)
 	if err != nil {
 		return err
 	}
+	var errs []error
 	for _, p := range paths {
 		data, err := os.ReadFile(p)
 		if err != nil {
@@ -81,14 +77,18 @@ func eachManifest(files []string, do func(m clientlib.Manifest) (string, error))
 			return fmt.Errorf("%s: %w", p, err)
 		}
 		for _, m := range ms {
+			if _, ok := m.Object.(*troupev1.Job); ok && m.Object.GetMetadata().GetNamespace() == "" {
+				m.Object.GetMetadata().Namespace = ns
+			}
 			what, err := do(m)
 			if err != nil {
-				return fmt.Errorf("%s:%d: %w", p, m.Line, err)
+				errs = append(errs, fmt.Errorf("%s:%d: %w", p, m.Line, err))
+				continue
 			}
-			fmt.Printf("%s/%s %s\n", strings.ToLower(m.Kind), displayName(m.Object), what)
+			fmt.Fprintf(out, "%s/%s %s\n", strings.ToLower(m.Kind), displayName(m.Object), what)
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 func manifestPaths(args []string) ([]string, error) {
@@ -176,3 +176,7 @@ func apply[T clientlib.Object](ctx context.Context, c *clientlib.Client, k clien
 	}
 	return "", errors.New("apply: the object keeps changing; try again")
 }
+
+// defaultNamespace is the namespace of jobs and tasks when none is named
+// (-n, a manifest's metadata.namespace).
+const defaultNamespace = "default"

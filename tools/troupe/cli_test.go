@@ -2,9 +2,12 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"regexp"
 	"strings"
 	"sync"
@@ -20,6 +23,49 @@ import (
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 	"github.com/troupe-cluster/troupe/tools/cell"
 )
+
+// cli runs the troupe command in this process as a user types it: env is
+// its whole environment (nothing of the test process's: no ~/.troupe
+// unless env has HOME), and dialTimeout bounds its first contact with a
+// cell (0: the command's).
+type cli struct {
+	env         map[string]string
+	dialTimeout time.Duration
+}
+
+// runTo runs troupe args, printing to out and errOut, and returns its
+// exit status.
+func (c cli) runTo(ctx context.Context, out, errOut io.Writer, args ...string) int {
+	a := &app{in: strings.NewReader(""), out: out, errOut: errOut, dialTimeout: cmp.Or(c.dialTimeout, dialTimeout),
+		lookupEnv: func(k string) (string, bool) { v, ok := c.env[k]; return v, ok },
+		home: func() (string, error) {
+			if h, ok := c.env["HOME"]; ok {
+				return h, nil
+			}
+			return "", errors.New("no home directory in the test's environment")
+		}}
+	return a.execute(ctx, args)
+}
+
+// run runs troupe args and returns what it printed and its exit status.
+func (c cli) run(ctx context.Context, args ...string) (stdout, stderr string, code int) {
+	var out, errOut bytes.Buffer
+	code = c.runTo(ctx, &out, &errOut, args...)
+	return out.String(), errOut.String(), code
+}
+
+// with returns c with the variables of kv ("NAME=value") added.
+func (c cli) with(kv ...string) cli {
+	env := maps.Clone(c.env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	for _, s := range kv {
+		k, v, _ := strings.Cut(s, "=")
+		env[k] = v
+	}
+	return cli{env: env, dialTimeout: c.dialTimeout}
+}
 
 // syncBuffer is a buffer written by one goroutine and read by another.
 type syncBuffer struct {
@@ -77,19 +123,21 @@ func TestGetDescribeWatch(t *testing.T) {
 	t.Cleanup(func() { cancel(); c.Stop() })
 	admin := pki.DirFiles(c.PKIDir(), pki.LocalAdmin)
 	endpoint := []string{"-endpoint", c.Node.GRPCAddr(), "--ca", admin.CA, "--cert", admin.Cert, "--key", admin.Key}
-	cli := func(cmd func([]string, io.Writer, io.Writer) error, args ...string) func() (string, error) {
+	troupe := func(args ...string) func() (string, error) {
 		return func() (string, error) {
-			var out bytes.Buffer
-			err := cmd(append(args, endpoint...), &out, io.Discard)
-			return out.String(), err
+			out, errOut, code := cli{}.run(ctx, append(args, endpoint...)...)
+			if code != 0 {
+				return out, fmt.Errorf("troupe %s: exit status %d: %s", strings.Join(args, " "), code, errOut)
+			}
+			return out, nil
 		}
 	}
 
 	var watchOut, watchErr syncBuffer
 	watchCtx, stopWatch := context.WithCancel(ctx)
-	watched := make(chan error, 1)
+	watched := make(chan int, 1)
 	go func() {
-		watched <- watch(watchCtx, append([]string{"tasks", "-l", "app=greet"}, endpoint...), &watchOut, &watchErr)
+		watched <- cli{}.runTo(watchCtx, &watchOut, &watchErr, append([]string{"watch", "tasks", "-l", "app=greet"}, endpoint...)...)
 	}()
 	wait.Until(ctx, t, "the watch to start", contains(func() (string, error) { return watchErr.String(), nil }, "Watching tasks"))
 
@@ -113,15 +161,15 @@ func TestGetDescribeWatch(t *testing.T) {
 		return err
 	})
 
-	out, err := cli(get, "tasks", "-l", "app=greet")()
+	out, err := troupe("get", "tasks", "-l", "app=greet")()
 	if err != nil || !strings.Contains(out, "greet-0") || !strings.Contains(out, "greet-1") || strings.Contains(out, "other") {
 		t.Fatalf("get tasks -l app=greet: %v\n%s", err, out)
 	}
-	out, err = cli(get, "jobs", "-l", "app notin (greet)", "-o", "wide")()
+	out, err = troupe("get", "jobs", "-l", "app notin (greet)", "-o", "wide")()
 	if err != nil || strings.Contains(out, "greet") || !strings.Contains(out, "other") || !strings.Contains(out, "cpu=100m,memory=1Mi") {
 		t.Fatalf("get jobs -l 'app notin (greet)' -o wide: %v\n%s", err, out)
 	}
-	out, err = cli(get, "jobs", "-l", "app=greet", "-o", "yaml")()
+	out, err = troupe("get", "jobs", "-l", "app=greet", "-o", "yaml")()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,25 +177,25 @@ func TestGetDescribeWatch(t *testing.T) {
 	if err != nil || len(ms) != 1 || !proto.Equal(ms[0].Object, job) {
 		t.Fatalf("get -o yaml does not decode back to the job (%v):\n%s", err, out)
 	}
-	if _, err := cli(get, "jobs", "-l", "app in (greet")(); err == nil || !strings.Contains(err.Error(), "at the end") {
+	if _, err := troupe("get", "jobs", "-l", "app in (greet")(); err == nil || !strings.Contains(err.Error(), "at the end") {
 		t.Fatalf("a malformed selector: %v", err)
 	}
 
 	// The job controller's events, written in the background.
-	wait.Until(ctx, t, "describe job greet", contains(cli(describe, "job", "greet"), "Name: greet", "Status: SUCCEEDED", "Tasks: 2 SUCCEEDED",
+	wait.Until(ctx, t, "describe job greet", contains(troupe("describe", "job", "greet"), "Name: greet", "Status: SUCCEEDED", "Tasks: 2 SUCCEEDED",
 		"Schedulers:", "batch-0", "Events:", "TasksCreated", "Created 2 task(s) of 2", "Succeeded", "All 2 task(s) succeeded"))
-	wait.Until(ctx, t, "describe task default/greet-1", contains(cli(describe, "task", "default/greet-1"), "Job: greet", "Status: SUCCEEDED", "SUCCEEDED",
+	wait.Until(ctx, t, "describe task default/greet-1", contains(troupe("describe", "task", "default/greet-1"), "Job: greet", "Status: SUCCEEDED", "SUCCEEDED",
 		"Run:", "/runs/hollow-", "Attempts:", "completed"))
-	wait.Until(ctx, t, "describe machine "+cell.HollowName(0), contains(cli(describe, "machine", cell.HollowName(0)), "Resources:", "cpu 4000m", "Lease:", "held by"))
-	if _, err := cli(describe, "task", "greet")(); err == nil || !strings.Contains(err.Error(), "not <job>-<index>") {
+	wait.Until(ctx, t, "describe machine "+cell.HollowName(0), contains(troupe("describe", "machine", cell.HollowName(0)), "Resources:", "cpu 4000m", "memory 1Gi", "Lease:", "held by"))
+	if _, err := troupe("describe", "task", "greet")(); err == nil || !strings.Contains(err.Error(), "not <job>-<index>") {
 		t.Fatalf("describe task greet: %v", err)
 	}
 
 	wait.Until(ctx, t, "the watch to show the tasks", contains(func() (string, error) { return watchOut.String(), nil },
 		"ADDED task default/greet-0", "MODIFIED task default/greet-1 SUCCEEDED on hollow-"))
 	stopWatch()
-	if err := <-watched; err != nil {
-		t.Fatalf("watch ended with %v", err)
+	if code := <-watched; code != 0 {
+		t.Fatalf("watch ended with exit status %d: %s", code, watchErr.String())
 	}
 	if s := watchOut.String(); strings.Contains(s, "other-") {
 		t.Fatalf("watch -l app=greet printed another job's tasks:\n%s", s)

@@ -3,16 +3,16 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/troupe-cluster/troupe/clientlib"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
@@ -25,36 +25,61 @@ const (
 	describeEvents = 30
 )
 
-// runDescribe prints one job, task or machine in detail, as kubectl
-// describe does: metadata, spec, status, related objects and its Events.
-func runDescribe(args []string) error { return describe(args, os.Stdout, os.Stderr) }
+// describeCommand is `troupe describe job|task|machine NAME`: one object
+// in detail, as kubectl describe prints it: metadata, spec, status,
+// related objects and its Events.
+func (a *app) describeCommand() *cobra.Command {
+	var (
+		ns string
+		cf *connFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "describe job|task|machine NAME",
+		Short: "Show a job, task or machine in detail, with its events",
+		Long: `Show a job, task or machine in detail, as kubectl describe does: metadata,
+spec, status, related objects (a job's tasks and schedulers, a task's
+attempts, a machine's resources and bound tasks) and its Events. A task is
+named <job>-<index>; a job or task is in -n's namespace, or written
+NAMESPACE/NAME.`,
+		Example: `  troupe describe job web
+  troupe describe task team-a/web-3
+  troupe describe machine rack1-hollow-0000`,
+		Args:              exactArgs(2, "job|task|machine NAME (a task is <job>-<index>; NAMESPACE/NAME or -n for jobs and tasks)"),
+		ValidArgsFunction: completeKinds([]string{"job", "task", "machine"}),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			kind, name := args[0], args[1]
+			if !slices.Contains([]string{"job", "jobs", "task", "tasks", "machine", "machines"}, kind) {
+				return usagef("unknown kind %q (job, task, machine)", kind)
+			}
+			c, _, ctx, cancel, err := a.connect(cmd, cf)
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			defer c.Close()
+			return describe(ctx, c, a.out, a.errOut, kind, ns, name)
+		},
+	}
+	cmd.Flags().StringVarP(&ns, "namespace", "n", defaultNamespace, "namespace of a job or task")
+	cf = a.addConnFlags(cmd, 10*time.Second, "request timeout")
+	return cmd
+}
 
-func describe(args []string, out, errOut io.Writer) error {
-	if len(args) < 2 || strings.HasPrefix(args[0], "-") || strings.HasPrefix(args[1], "-") {
-		return errors.New("describe: give job|task|machine NAME (a task is <job>-<index>; NAMESPACE/NAME or -n for jobs and tasks)")
-	}
-	kind, name := args[0], args[1]
-	fs := flag.NewFlagSet("describe", flag.ContinueOnError)
-	ns := fs.String("n", "default", "namespace of a job or task")
-	c, ctx, cancel, err := cliClient(fs, args[2:])
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	defer c.Close()
-	if n, rest, ok := strings.Cut(name, "/"); ok {
-		*ns, name = n, rest
+// describe prints the object of kind named name (in namespace ns, unless
+// name is NAMESPACE/NAME) to out, warnings to errOut.
+func describe(ctx context.Context, c *clientlib.Client, out, errOut io.Writer, kind, ns, name string) error {
+	if n, rest, ok := strings.Cut(name, "/"); ok && kind != "machine" && kind != "machines" {
+		ns, name = n, rest
 	}
 	d := &describer{out: out, w: tabwriter.NewWriter(out, 0, 4, 2, ' ', 0), now: time.Now(), errOut: errOut}
+	var err error
 	switch kind {
 	case "job", "jobs":
-		err = describeJob(ctx, c, d, *ns, name)
+		err = describeJob(ctx, c, d, ns, name)
 	case "task", "tasks":
-		err = describeTask(ctx, c, d, *ns, name)
-	case "machine", "machines":
-		err = describeMachine(ctx, c, d, name)
+		err = describeTask(ctx, c, d, ns, name)
 	default:
-		err = fmt.Errorf("describe: unknown kind %q (job, task, machine)", kind)
+		err = describeMachine(ctx, c, d, name)
 	}
 	if ferr := d.w.Flush(); err == nil {
 		err = ferr
@@ -149,6 +174,9 @@ func (d *describer) events(es []*troupev1.Event) error {
 
 func describeJob(ctx context.Context, c *clientlib.Client, d *describer, ns, name string) error {
 	job, err := clientlib.Get(ctx, c, clientlib.Jobs, clientlib.Jobs.Prefix+ns+"/"+name)
+	if errors.Is(err, clientlib.ErrNotFound) {
+		return errNotFound("job " + ns + "/" + name)
+	}
 	if err != nil {
 		return err
 	}
@@ -216,10 +244,13 @@ func describeJob(ctx context.Context, c *clientlib.Client, d *describer, ns, nam
 func describeTask(ctx context.Context, c *clientlib.Client, d *describer, ns, name string) error {
 	job, index, err := clientlib.ParseTaskName(name)
 	if err != nil {
-		return fmt.Errorf("describe: %w", err)
+		return err
 	}
 	ref := clientlib.TaskRef(ns, job, index)
 	task, err := clientlib.Get(ctx, c, clientlib.Tasks, clientlib.Tasks.Prefix+ref)
+	if errors.Is(err, clientlib.ErrNotFound) {
+		return errNotFound("task " + ns + "/" + name)
+	}
 	if err != nil {
 		return err
 	}
@@ -264,7 +295,7 @@ func describeTask(ctx context.Context, c *clientlib.Client, d *describer, ns, na
 	st := task.GetStatus()
 	d.field(0, "Status", phase(st.GetPhase(), "TASK_PHASE_"))
 	d.field(1, "Reason", dash(st.GetReason()))
-	d.field(1, "Exit code", st.GetExitCode())
+	d.field(1, "Exit code", dash(taskExit(task)))
 	d.field(1, "Restarts", st.GetRestarts())
 	d.field(1, "Finished", timestamp(d.now, st.GetFinished()))
 	d.field(1, "Last machine", dash(st.GetMachine()))
@@ -279,7 +310,7 @@ func describeTask(ctx context.Context, c *clientlib.Client, d *describer, ns, na
 		d.field(1, "Phase", phase(r.GetPhase(), "RUN_PHASE_"))
 		d.field(1, "Started", timestamp(d.now, r.GetStarted()))
 		d.field(1, "Finished", timestamp(d.now, r.GetFinished()))
-		d.field(1, "Exit code", r.GetExitCode())
+		d.field(1, "Exit code", dash(runExit(r)))
 		d.field(1, "Reason", dash(r.GetReason()))
 		d.field(1, "Restarts", r.GetRestarts())
 	}
@@ -300,11 +331,21 @@ func runColumns(now time.Time) []column[*troupev1.Run] {
 		{header: "ATTEMPT", value: func(r *troupev1.Run) string { return fmt.Sprint(r.GetAttempt()) }},
 		{header: "MACHINE", value: func(r *troupev1.Run) string { return r.GetMachine() }},
 		{header: "PHASE", value: func(r *troupev1.Run) string { return phase(r.GetPhase(), "RUN_PHASE_") }},
-		{header: "EXIT", value: func(r *troupev1.Run) string { return fmt.Sprint(r.GetExitCode()) }},
+		{header: "EXIT", value: runExit},
 		{header: "STARTED", value: func(r *troupev1.Run) string { return age(now, r.GetStarted()) }},
 		{header: "FINISHED", value: func(r *troupev1.Run) string { return age(now, r.GetFinished()) }},
 		{header: "REASON", value: func(r *troupev1.Run) string { return r.GetReason() }},
 	}
+}
+
+// runExit is a run's exit code once its process ended (succeeded, failed
+// or killed), empty before.
+func runExit(r *troupev1.Run) string {
+	switch r.GetPhase() {
+	case troupev1.RunPhase_RUN_PHASE_SUCCEEDED, troupev1.RunPhase_RUN_PHASE_FAILED, troupev1.RunPhase_RUN_PHASE_KILLED:
+		return fmt.Sprint(r.GetExitCode())
+	}
+	return ""
 }
 
 // resourceUse is one row of a machine's resources.
@@ -315,6 +356,9 @@ type resourceUse struct {
 
 func describeMachine(ctx context.Context, c *clientlib.Client, d *describer, name string) error {
 	m, err := clientlib.Get(ctx, c, clientlib.Machines, clientlib.Machines.Prefix+name)
+	if errors.Is(err, clientlib.ErrNotFound) {
+		return errNotFound("machine " + name)
+	}
 	if err != nil {
 		return err
 	}
@@ -361,9 +405,9 @@ func describeMachine(ctx context.Context, c *clientlib.Client, d *describer, nam
 	d.section(0, "Resources")
 	if err := table(d, []column[resourceUse]{
 		{header: "RESOURCE", value: func(u resourceUse) string { return u.name }},
-		{header: "CAPACITY", value: func(u resourceUse) string { return quantity(u.name, u.capacity) }},
+		{header: "CAPACITY", value: func(u resourceUse) string { return clientlib.FormatQuantity(u.name, u.capacity) }},
 		{header: "ALLOCATED", value: func(u resourceUse) string { return share(u.name, u.allocated, u.capacity) }},
-		{header: "FREE", value: func(u resourceUse) string { return quantity(u.name, u.capacity-u.allocated) }},
+		{header: "FREE", value: func(u resourceUse) string { return clientlib.FormatQuantity(u.name, u.capacity-u.allocated) }},
 	}, rows, len(rows)); err != nil {
 		return err
 	}

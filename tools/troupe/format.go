@@ -111,35 +111,13 @@ func labels(m map[string]string) string {
 	return dash(strings.Join(parts, ","))
 }
 
-func bytesHuman(b int64) string {
-	switch {
-	case b >= 1<<30:
-		return fmt.Sprintf("%.1fGi", float64(b)/(1<<30))
-	case b >= 1<<20:
-		return fmt.Sprintf("%dMi", b>>20)
-	case b >= 1<<10:
-		return fmt.Sprintf("%dKi", b>>10)
-	}
-	return fmt.Sprint(b)
-}
-
-// quantity prints an amount of a resource in its unit: cpu in
-// millicores, memory and storage in bytes.
-func quantity(resource string, v int64) string {
-	switch resource {
-	case "cpu":
-		return fmt.Sprintf("%dm", v)
-	case "memory", "ephemeral-storage":
-		return bytesHuman(v)
-	}
-	return fmt.Sprint(v)
-}
-
-// resources prints amounts by resource, sorted: "cpu=500m,memory=64Mi".
+// resources prints amounts by resource, sorted, in the units every part
+// of Troupe writes them in (clientlib.FormatQuantity):
+// "cpu=500m,memory=64Mi".
 func resources(r map[string]int64) string {
 	var parts []string
 	for _, k := range slices.Sorted(maps.Keys(r)) {
-		parts = append(parts, k+"="+quantity(k, r[k]))
+		parts = append(parts, k+"="+clientlib.FormatQuantity(k, r[k]))
 	}
 	return dash(strings.Join(parts, ","))
 }
@@ -208,6 +186,9 @@ func writeJSON[T proto.Message](out io.Writer, objs []T) error {
 // clientlib.DecodeManifests reads back: apiVersion and kind, then the
 // object's fields in the protobuf JSON mapping and its order.
 func writeYAML[T proto.Message](out io.Writer, kind string, objs []T) error {
+	if len(objs) == 0 {
+		return nil // no document: the encoder would refuse to close
+	}
 	enc := yaml.NewEncoder(out)
 	enc.SetIndent(2)
 	for _, o := range objs {

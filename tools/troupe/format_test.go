@@ -71,6 +71,43 @@ default     new    -                     -         0       0         0         0
 	}
 }
 
+// EXIT is empty until a task's process exited; CPU and memory are written
+// as the schedulers' reasons write them (clientlib.FormatQuantity).
+func TestTaskAndMachineTables(t *testing.T) {
+	task := func(name string, p troupev1.TaskPhase, exit int32) *troupev1.Task {
+		return &troupev1.Task{Metadata: &troupev1.ObjectMeta{Name: name, Namespace: "default"}, Spec: &troupev1.TaskSpec{Job: "web"},
+			Status: &troupev1.TaskStatus{Phase: p, ExitCode: exit}}
+	}
+	tasks := []*troupev1.Task{task("web-0", troupev1.TaskPhase_TASK_PHASE_RUNNING, 0), task("web-1", troupev1.TaskPhase_TASK_PHASE_PENDING, 0),
+		task("web-2", troupev1.TaskPhase_TASK_PHASE_SUCCEEDED, 0), task("web-3", troupev1.TaskPhase_TASK_PHASE_FAILED, 3),
+		task("web-4", troupev1.TaskPhase_TASK_PHASE_STOPPED, 0)}
+	var out bytes.Buffer
+	if err := writeTable(&out, "", taskColumns(now), tasks, false); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(out.String(), "\n")
+	exitAt := strings.Index(lines[0], "EXIT")
+	for i, want := range []string{"", "", "0", "3", ""} {
+		if got := strings.Fields(lines[i+1][exitAt:])[0]; (want == "" && got == "0") || (want != "" && got != want) {
+			t.Errorf("%s: EXIT %q, want %q\n%s", tasks[i].GetMetadata().GetName(), got, want, out.String())
+		}
+	}
+
+	m := &troupev1.Machine{Metadata: &troupev1.ObjectMeta{Name: "m1"},
+		Spec: &troupev1.MachineSpec{Capacity: map[string]int64{"cpu": 64000, "memory": 256 << 30}}}
+	cols, err := machineColumns(t.Context(), nil, now, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if err := writeTable(&out, "", cols, []*troupev1.Machine{m}, false); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(squeeze(out.String()), "m1 - 64000m 256Gi") {
+		t.Errorf("machine table:\n%s", out.String())
+	}
+}
+
 func TestTaskAndEventLines(t *testing.T) {
 	task := &troupev1.Task{Metadata: &troupev1.ObjectMeta{Name: "web-1", Namespace: "default"}, Spec: &troupev1.TaskSpec{Job: "web", Index: 1, Attempt: 2},
 		Status: &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_FAILED, ExitCode: 3, Machine: "m1"}}

@@ -3,13 +3,13 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/troupe-cluster/troupe/clientlib"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
@@ -23,59 +23,185 @@ type getOptions struct {
 	errOut   io.Writer // where warnings go
 }
 
-// runGet lists the objects of a kind: a table (more columns with -o
-// wide), or manifests with -o yaml or json; -l selects by label.
-func runGet(args []string) error { return get(args, os.Stdout, os.Stderr) }
+// getKinds are the kinds get and describe complete.
+var getKinds = []string{"machines", "jobs", "tasks", "schedulers"}
 
-func get(args []string, out, errOut io.Writer) error {
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		return errors.New("get: give machines, jobs, tasks or schedulers")
+// getCommand is `troupe get KIND [NAME...]`: the objects of a kind (of
+// one namespace with -n), or those named, as a table (more columns with
+// -o wide), or manifests with -o yaml or json; -l selects by label.
+func (a *app) getCommand() *cobra.Command {
+	var (
+		output, selector, ns string
+		cf                   *connFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "get machines|jobs|tasks|schedulers [NAME...]",
+		Short: "List machines, jobs, tasks or schedulers, or get some by name",
+		Long: `List the machines, jobs, tasks or schedulers of the cell, or those named:
+a table (more columns with -o wide), or manifests with -o yaml or -o json.
+Jobs and tasks are listed in every namespace unless -n names one; a named
+job or task is in -n's namespace (default "default"), or written
+NAMESPACE/NAME. A task is named <job>-<index>. A name that does not exist
+is an error (exit status 1), after the objects that do are printed.`,
+		Example: `  troupe get jobs
+  troupe get jobs web -o yaml
+  troupe get tasks -l app=web -o wide
+  troupe get tasks web-0 team-a/api-3`,
+		Args:              minArgs(1, "machines, jobs, tasks or schedulers"),
+		ValidArgsFunction: completeKinds(getKinds),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o := getOptions{output: output, now: time.Now(), errOut: a.errOut}
+			var err error
+			if o.selector, err = clientlib.ParseSelector(selector); err != nil {
+				return err
+			}
+			if !slices.Contains([]string{"", "wide", "yaml", "json"}, o.output) {
+				return usagef("unknown output %q (wide, yaml or json)", o.output)
+			}
+			what, names := args[0], args[1:]
+			if len(names) > 0 && selector != "" {
+				return usagef("give names or -l, not both")
+			}
+			var within string // listed namespace
+			if cmd.Flags().Changed("namespace") {
+				within = ns + "/"
+			}
+			if !slices.Contains([]string{"machines", "machine", "jobs", "job", "tasks", "task", "schedulers", "scheduler"}, what) {
+				return usagef("unknown kind %q (machines, jobs, tasks, schedulers)", what)
+			}
+			c, _, ctx, cancel, err := a.connect(cmd, cf)
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			defer c.Close()
+			wide := o.output == "wide"
+			switch what {
+			case "machines", "machine":
+				return getObjects(ctx, c, a.out, o, clientlib.Machines, "", namedKeys(clientlib.Machines, "machine", names, plainKey),
+					func() ([]column[*troupev1.Machine], error) { return machineColumns(ctx, c, o.now, wide) })
+			case "jobs", "job":
+				return getObjects(ctx, c, a.out, o, clientlib.Jobs, within, namedKeys(clientlib.Jobs, "job", names, namespacedKey(ns)),
+					func() ([]column[*troupev1.Job], error) { return jobColumns(o.now), nil })
+			case "tasks", "task":
+				return getObjects(ctx, c, a.out, o, clientlib.Tasks, within, namedKeys(clientlib.Tasks, "task", names, taskKey(ns)),
+					func() ([]column[*troupev1.Task], error) { return taskColumns(o.now), nil })
+			default:
+				return getObjects(ctx, c, a.out, o, clientlib.Schedulers, "", namedKeys(clientlib.Schedulers, "scheduler", names, plainKey),
+					func() ([]column[*troupev1.SchedulerInfo], error) { return schedulerColumns(o.now), nil })
+			}
+		},
 	}
-	what := args[0]
-	fs := flag.NewFlagSet("get", flag.ContinueOnError)
-	output := fs.String("o", "", "output: wide, yaml or json")
-	selector := fs.String("l", "", "label selector: a=b, a!=b, 'a in (x,y)', 'a notin (x)', a, !a; commas AND them")
-	c, ctx, cancel, err := cliClient(fs, args[1:])
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	defer c.Close()
-	o := getOptions{output: *output, now: time.Now(), errOut: errOut}
-	if o.selector, err = clientlib.ParseSelector(*selector); err != nil {
-		return err
-	}
-	if !slices.Contains([]string{"", "wide", "yaml", "json"}, o.output) {
-		return fmt.Errorf("get: unknown output %q (wide, yaml or json)", o.output)
-	}
-	wide := o.output == "wide"
-	switch what {
-	case "machines", "machine":
-		return getObjects(ctx, c, out, o, clientlib.Machines, func() ([]column[*troupev1.Machine], error) {
-			return machineColumns(ctx, c, o.now, wide)
-		})
-	case "jobs", "job":
-		return getObjects(ctx, c, out, o, clientlib.Jobs, func() ([]column[*troupev1.Job], error) { return jobColumns(o.now), nil })
-	case "tasks", "task":
-		return getObjects(ctx, c, out, o, clientlib.Tasks, func() ([]column[*troupev1.Task], error) { return taskColumns(o.now), nil })
-	case "schedulers", "scheduler":
-		return getObjects(ctx, c, out, o, clientlib.Schedulers, func() ([]column[*troupev1.SchedulerInfo], error) {
-			return schedulerColumns(o.now), nil
-		})
-	}
-	return fmt.Errorf("get: unknown kind %q (machines, jobs, tasks, schedulers)", what)
+	fs := cmd.Flags()
+	fs.StringVarP(&output, "output", "o", "", "output: wide, yaml or json (default: a table)")
+	fs.StringVarP(&selector, "selector", "l", "", "label selector: a=b, a!=b, 'a in (x,y)', 'a notin (x)', a, !a; commas AND them")
+	fs.StringVarP(&ns, "namespace", "n", defaultNamespace, "namespace of named jobs and tasks; given, the only namespace listed")
+	cf = a.addConnFlags(cmd, 10*time.Second, "request timeout")
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"wide", "yaml", "json"}, cobra.ShellCompDirectiveNoFileComp))
+	return cmd
 }
 
-// getObjects prints the objects of kind k that the selector matches.
-// Tasks match with their own labels, which the job controller copies
-// from their job when it creates them.
+// completeKinds completes a command's first argument from kinds.
+func completeKinds(kinds []string) cobra.CompletionFunc {
+	return func(_ *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		return kinds, cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+// objectKey is a named object's key, and how messages name it ("job
+// default/web"); err says why the name is not one of the kind.
+type objectKey struct {
+	key, display string
+	err          error
+}
+
+// namedKeys are the keys of kind k's objects names, which key turns into
+// their keys below k.Prefix and their displayed names.
+func namedKeys[T clientlib.Object](k clientlib.Kind[T], noun string, names []string, key func(string) (string, string, error)) []objectKey {
+	var out []objectKey
+	for _, n := range names {
+		rel, display, err := key(n)
+		out = append(out, objectKey{key: k.Prefix + rel, display: noun + " " + display, err: err})
+	}
+	return out
+}
+
+// plainKey is the key of an object keyed by its name alone.
+func plainKey(name string) (string, string, error) { return name, name, nil }
+
+// namespacedKey keys a job, "NAME" (in ns) or "NAMESPACE/NAME".
+func namespacedKey(ns string) func(string) (string, string, error) {
+	return func(name string) (string, string, error) {
+		if n, rest, ok := strings.Cut(name, "/"); ok {
+			ns, name = n, rest
+		}
+		return ns + "/" + name, ns + "/" + name, nil
+	}
+}
+
+// taskKey keys a task: "<job>-<index>" (in ns), "NAMESPACE/<job>-<index>"
+// or "<namespace>/<job>/<index>".
+func taskKey(ns string) func(string) (string, string, error) {
+	return func(name string) (string, string, error) {
+		if strings.Count(name, "/") == 2 {
+			return name, name, nil
+		}
+		if n, rest, ok := strings.Cut(name, "/"); ok {
+			ns, name = n, rest
+		}
+		job, index, err := clientlib.ParseTaskName(name)
+		if err != nil {
+			return "", ns + "/" + name, err
+		}
+		return clientlib.TaskRef(ns, job, index), ns + "/" + name, nil
+	}
+}
+
+// getObjects prints the objects of kind k: those of keys, or, with none,
+// those within (see clientlib.List) that the selector matches. Tasks
+// match with their own labels, which the job controller copies from their
+// job when it creates them. Keys of no object are an error, returned
+// after the others are printed.
 func getObjects[T clientlib.Object](ctx context.Context, c *clientlib.Client, out io.Writer, o getOptions, k clientlib.Kind[T],
-	columns func() ([]column[T], error)) error {
-	all, err := list(ctx, c, k, "", o.errOut)
-	if err != nil {
+	within string, keys []objectKey, columns func() ([]column[T], error)) error {
+	var (
+		objs    []T
+		missing []error
+	)
+	if len(keys) == 0 {
+		all, err := list(ctx, c, k, within, o.errOut)
+		if err != nil {
+			return err
+		}
+		objs = slices.DeleteFunc(all, func(obj T) bool { return !o.selector.Matches(obj.GetMetadata().GetLabels()) })
+	}
+	for _, key := range keys {
+		if key.err != nil {
+			missing = append(missing, key.err)
+			continue
+		}
+		obj, err := clientlib.Get(ctx, c, k, key.key)
+		switch {
+		case errors.Is(err, clientlib.ErrNotFound):
+			missing = append(missing, errNotFound(key.display))
+		case err != nil:
+			return err
+		default:
+			objs = append(objs, obj)
+		}
+	}
+	if err := printObjects(out, o, k, objs, len(keys) > 0, columns); err != nil {
 		return err
 	}
-	objs := slices.DeleteFunc(all, func(obj T) bool { return !o.selector.Matches(obj.GetMetadata().GetLabels()) })
+	return errors.Join(missing...)
+}
+
+// printObjects prints objs as o says; named says whether they were asked
+// for by name (then none found prints nothing: the error says why).
+func printObjects[T clientlib.Object](out io.Writer, o getOptions, k clientlib.Kind[T], objs []T, named bool, columns func() ([]column[T], error)) error {
 	switch o.output {
 	case "json":
 		return writeJSON(out, objs)
@@ -83,7 +209,9 @@ func getObjects[T clientlib.Object](ctx context.Context, c *clientlib.Client, ou
 		return writeYAML(out, k.Name, objs)
 	}
 	if len(objs) == 0 {
-		fmt.Fprintf(out, "No %s found.\n", strings.ToLower(k.Name)+"s")
+		if !named {
+			fmt.Fprintf(out, "No %s found.\n", strings.ToLower(k.Name)+"s")
+		}
 		return nil
 	}
 	cols, err := columns()
@@ -135,8 +263,12 @@ func machineColumns(ctx context.Context, c *clientlib.Client, now time.Time, wid
 	return []column[*troupev1.Machine]{
 		{header: "NAME", value: func(m *troupev1.Machine) string { return m.GetMetadata().GetName() }},
 		{header: "STATUS", value: machineStatus},
-		{header: "CPU", value: func(m *troupev1.Machine) string { return quantity("cpu", m.GetSpec().GetCapacity()["cpu"]) }},
-		{header: "MEMORY", value: func(m *troupev1.Machine) string { return quantity("memory", m.GetSpec().GetCapacity()["memory"]) }},
+		{header: "CPU", value: func(m *troupev1.Machine) string {
+			return clientlib.FormatQuantity("cpu", m.GetSpec().GetCapacity()["cpu"])
+		}},
+		{header: "MEMORY", value: func(m *troupev1.Machine) string {
+			return clientlib.FormatQuantity("memory", m.GetSpec().GetCapacity()["memory"])
+		}},
 		{header: "CPU-ALLOCATED", wide: true, value: allocated("cpu")},
 		{header: "MEMORY-ALLOCATED", wide: true, value: allocated("memory")},
 		{header: "TAINTS", wide: true, value: func(m *troupev1.Machine) string { return taints(m.GetSpec().GetTaints()) }},
@@ -164,9 +296,9 @@ func taints(ts []*troupev1.Taint) string {
 // share prints an amount allocated of a capacity: "1200m (7%)".
 func share(resource string, allocated, capacity int64) string {
 	if capacity <= 0 {
-		return quantity(resource, allocated)
+		return clientlib.FormatQuantity(resource, allocated)
 	}
-	return fmt.Sprintf("%s (%d%%)", quantity(resource, allocated), allocated*100/capacity)
+	return fmt.Sprintf("%s (%d%%)", clientlib.FormatQuantity(resource, allocated), allocated*100/capacity)
 }
 
 // allocations reads the counters of machine ("": of every machine): the
@@ -220,6 +352,17 @@ func jobColumns(now time.Time) []column[*troupev1.Job] {
 	}
 }
 
+// taskExit is a task's exit code once its process exited (SUCCEEDED or
+// FAILED), empty before and for tasks that ended otherwise (stopped,
+// preempted, lost).
+func taskExit(t *troupev1.Task) string {
+	switch t.GetStatus().GetPhase() {
+	case troupev1.TaskPhase_TASK_PHASE_SUCCEEDED, troupev1.TaskPhase_TASK_PHASE_FAILED:
+		return fmt.Sprint(t.GetStatus().GetExitCode())
+	}
+	return ""
+}
+
 // taskMachine is the machine a task runs on, or last ran on.
 func taskMachine(t *troupev1.Task) string {
 	if m := t.GetBinding().GetMachine(); m != "" {
@@ -236,7 +379,7 @@ func taskColumns(now time.Time) []column[*troupev1.Task] {
 		{header: "MACHINE", value: func(t *troupev1.Task) string { return dash(taskMachine(t)) }},
 		{header: "ATTEMPT", value: func(t *troupev1.Task) string { return fmt.Sprint(t.GetSpec().GetAttempt()) }},
 		{header: "RESTARTS", value: func(t *troupev1.Task) string { return fmt.Sprint(t.GetStatus().GetRestarts()) }},
-		{header: "EXIT", value: func(t *troupev1.Task) string { return fmt.Sprint(t.GetStatus().GetExitCode()) }},
+		{header: "EXIT", value: taskExit},
 		{header: "SCHEDULER", wide: true, value: func(t *troupev1.Task) string { return dash(t.GetBinding().GetScheduler()) }},
 		{header: "BOUND", wide: true, value: func(t *troupev1.Task) string { return age(now, t.GetBinding().GetBoundAt()) }},
 		{header: "REQUESTS", wide: true, value: func(t *troupev1.Task) string { return resources(t.GetSpec().GetTemplate().GetRequests()) }},

@@ -1,102 +1,201 @@
 package main
 
 import (
+	"context"
 	"errors"
-	"flag"
 	"fmt"
+	"io"
 	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/troupe-cluster/troupe/clientlib"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 )
 
-// runDelete deletes the objects of manifest files (-f) or a named job.
-func runDelete(args []string) error {
-	fs := flag.NewFlagSet("delete", flag.ContinueOnError)
-	var files []string
-	fs.Func("f", "manifest file or directory (repeatable)", func(s string) error { files = append(files, s); return nil })
-	ns := fs.String("n", "default", "namespace of a named job")
-	kind, name := "", ""
-	if len(args) >= 2 && !strings.HasPrefix(args[0], "-") {
-		kind, name, args = args[0], args[1], args[2:]
-	}
-	c, ctx, cancel, err := cliClient(fs, args)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	defer c.Close()
-	if kind != "" {
-		if kind != "job" {
-			return fmt.Errorf("delete: only jobs are deleted by name (got %q)", kind)
-		}
-		err := clientlib.Delete(ctx, c, clientlib.Jobs, &troupev1.Job{Metadata: &troupev1.ObjectMeta{Name: name, Namespace: *ns}})
-		if err == nil {
-			fmt.Printf("job/%s/%s deleted\n", *ns, name)
-		}
-		return err
-	}
-	if len(files) == 0 {
-		return errors.New("delete: give -f FILE|DIR or job NAME")
-	}
-	return eachManifest(files, func(m clientlib.Manifest) (string, error) {
-		var err error
-		switch o := m.Object.(type) {
-		case *troupev1.Job:
-			err = clientlib.Delete(ctx, c, clientlib.Jobs, o)
-		case *troupev1.Machine:
-			err = clientlib.Delete(ctx, c, clientlib.Machines, o)
-		case *troupev1.ValidationPolicy:
-			err = clientlib.Delete(ctx, c, clientlib.ValidationPolicies, o)
-		case *troupev1.RunAsPolicy:
-			err = clientlib.Delete(ctx, c, clientlib.RunAsPolicies, o)
-		default:
-			err = fmt.Errorf("kind %s is not deleted from manifests", m.Kind)
-		}
-		return "deleted", err
-	})
-}
-
-// runJob is `troupe job run FILE` (apply) and `troupe job stop NAME`.
-func runJob(args []string) error {
-	if len(args) < 2 {
-		return errors.New("job: use `troupe job run FILE` or `troupe job stop NAME`")
-	}
-	switch args[0] {
-	case "run":
-		return runApply(append([]string{"-f", args[1]}, args[2:]...))
-	case "stop":
-		fs := flag.NewFlagSet("job stop", flag.ContinueOnError)
-		ns := fs.String("n", "default", "namespace")
-		c, ctx, cancel, err := cliClient(fs, args[2:])
-		if err != nil {
-			return err
-		}
-		defer cancel()
-		defer c.Close()
-		key := clientlib.Jobs.Prefix + *ns + "/" + args[1]
-		for attempt := 0; attempt < 5; attempt++ {
-			j, err := clientlib.Get(ctx, c, clientlib.Jobs, key)
+// deleteCommand is `troupe delete -f FILE|DIR...` (the objects of
+// manifests) and `troupe delete job NAME...`. An object that does not
+// exist is an error (exit status 1), after the others are deleted.
+func (a *app) deleteCommand() *cobra.Command {
+	var (
+		files []string
+		ns    string
+		cf    *connFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "delete (-f FILE|DIR... | job NAME...)",
+		Short: "Delete the objects of manifests, or jobs by name",
+		Long: `Delete the objects of manifest files (-f), or jobs by name (in -n's
+namespace, or written NAMESPACE/NAME). The job controller then removes a
+deleted job's tasks. An object that does not exist is reported as not found
+and the command exits with status 1, after deleting the others.`,
+		Example: `  troupe delete job web
+  troupe delete -f deploy/examples/batch.yaml`,
+		ValidArgsFunction: completeKinds([]string{"job"}),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case len(files) > 0 && len(args) > 0:
+				return usagef("give -f FILE|DIR or job NAME, not both")
+			case len(files) == 0 && len(args) < 2:
+				return usagef("give -f FILE|DIR or job NAME")
+			case len(args) > 0 && args[0] != "job" && args[0] != "jobs":
+				return usagef("only jobs are deleted by name (got %q)", args[0])
+			}
+			c, _, ctx, cancel, err := a.connect(cmd, cf)
 			if err != nil {
 				return err
 			}
-			if j.GetSpec().GetStopped() {
-				fmt.Printf("job/%s/%s already stopped\n", *ns, args[1])
-				return nil
+			defer cancel()
+			defer c.Close()
+			if len(args) > 0 {
+				var errs []error
+				for _, name := range args[1:] {
+					key, display, _ := namespacedKey(ns)(name)
+					if err := deleteJob(ctx, c, key); err != nil {
+						errs = append(errs, err)
+						continue
+					}
+					fmt.Fprintf(a.out, "job/%s deleted\n", display)
+				}
+				return errors.Join(errs...)
 			}
-			j.Spec.Stopped = true
-			_, err = clientlib.Update(ctx, c, clientlib.Jobs, j)
-			var ce *clientlib.ConflictError
-			if errors.As(err, &ce) {
-				continue // the controller updated the job's status: read again
-			}
-			if err == nil {
-				fmt.Printf("job/%s/%s stopped\n", *ns, args[1])
-			}
+			return eachManifest(a.out, files, ns, func(m clientlib.Manifest) (string, error) {
+				switch o := m.Object.(type) {
+				case *troupev1.Job:
+					return "deleted", deleteObject(ctx, c, clientlib.Jobs, "job", o)
+				case *troupev1.Machine:
+					return "deleted", deleteObject(ctx, c, clientlib.Machines, "machine", o)
+				case *troupev1.ValidationPolicy:
+					return "deleted", deleteObject(ctx, c, clientlib.ValidationPolicies, "validationpolicy", o)
+				case *troupev1.RunAsPolicy:
+					return "deleted", deleteObject(ctx, c, clientlib.RunAsPolicies, "runaspolicy", o)
+				default:
+					return "", fmt.Errorf("kind %s is not deleted from manifests", m.Kind)
+				}
+			})
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringArrayVarP(&files, "filename", "f", nil, "manifest file or directory (repeatable)")
+	fs.StringVarP(&ns, "namespace", "n", defaultNamespace, "namespace of named jobs, and of jobs whose manifests name none")
+	cf = a.addConnFlags(cmd, 10*time.Second, "request timeout")
+	return cmd
+}
+
+// deleteJob deletes the job at key below clientlib.Jobs.Prefix
+// ("<namespace>/<name>").
+func deleteJob(ctx context.Context, c *clientlib.Client, key string) error {
+	j, err := clientlib.Get(ctx, c, clientlib.Jobs, clientlib.Jobs.Prefix+key)
+	if errors.Is(err, clientlib.ErrNotFound) {
+		return errNotFound("job " + key)
+	}
+	if err != nil {
+		return err
+	}
+	return deleteObject(ctx, c, clientlib.Jobs, "job", j)
+}
+
+// deleteObject deletes obj of kind k (noun in messages) as it is now: it
+// reads it and deletes that version, again if it changes meanwhile, so
+// that an object that does not exist is an error (errNotFound), and the
+// kind's deletion hooks see the object (a deleted job is marked stopped).
+func deleteObject[T clientlib.Object](ctx context.Context, c *clientlib.Client, k clientlib.Kind[T], noun string, obj T) error {
+	key, err := k.Key(obj)
+	if err != nil {
+		return err
+	}
+	name := strings.TrimPrefix(key, k.Prefix)
+	for attempt := 0; attempt < 5; attempt++ {
+		cur, err := clientlib.Get(ctx, c, k, key)
+		if errors.Is(err, clientlib.ErrNotFound) {
+			return errNotFound(noun + " " + name)
+		}
+		if err != nil {
 			return err
 		}
-		return errors.New("job stop: the job keeps changing; try again")
-	default:
-		return fmt.Errorf("job: unknown subcommand %q (run, stop)", args[0])
+		err = clientlib.Delete(ctx, c, k, cur)
+		var ce *clientlib.ConflictError
+		if errors.As(err, &ce) {
+			continue // changed meanwhile (a controller wrote its status): read again
+		}
+		return err
 	}
+	return fmt.Errorf("delete %s %s: the object keeps changing; try again", noun, name)
+}
+
+// jobCommand is `troupe job run FILE` (apply) and `troupe job stop NAME`.
+func (a *app) jobCommand() *cobra.Command {
+	run := a.applyCommand()
+	run.Use = "run FILE"
+	run.Short = "Create or update the job of a manifest file (troupe apply -f FILE)"
+	run.Long = run.Short + "."
+	run.Example = "  troupe job run deploy/examples/batch.yaml"
+	run.Args = exactArgs(1, "a job file")
+	apply := run.RunE
+	run.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := cmd.Flags().Set("filename", args[0]); err != nil {
+			return err
+		}
+		return apply(cmd, nil)
+	}
+	return group(&cobra.Command{
+		Use:   "job",
+		Short: "Run a job file, stop a job",
+	}, run, a.jobStopCommand())
+}
+
+// jobStopCommand is `troupe job stop NAME`: the job's tasks are stopped,
+// the job kept.
+func (a *app) jobStopCommand() *cobra.Command {
+	var (
+		ns string
+		cf *connFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "stop NAME",
+		Short: "Stop a job: its tasks stop, the job stays (delete removes it)",
+		Args:  exactArgs(1, "a job's NAME (or NAMESPACE/NAME)"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, _, ctx, cancel, err := a.connect(cmd, cf)
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			defer c.Close()
+			key, _, _ := namespacedKey(ns)(args[0])
+			return stopJob(ctx, c, a.out, key)
+		},
+	}
+	cmd.Flags().StringVarP(&ns, "namespace", "n", defaultNamespace, "namespace")
+	cf = a.addConnFlags(cmd, 10*time.Second, "request timeout")
+	return cmd
+}
+
+// stopJob marks the job at key ("<namespace>/<name>") stopped.
+func stopJob(ctx context.Context, c *clientlib.Client, out io.Writer, key string) error {
+	for attempt := 0; attempt < 5; attempt++ {
+		j, err := clientlib.Get(ctx, c, clientlib.Jobs, clientlib.Jobs.Prefix+key)
+		if errors.Is(err, clientlib.ErrNotFound) {
+			return errNotFound("job " + key)
+		}
+		if err != nil {
+			return err
+		}
+		if j.GetSpec().GetStopped() {
+			fmt.Fprintf(out, "job/%s already stopped\n", key)
+			return nil
+		}
+		j.Spec.Stopped = true
+		_, err = clientlib.Update(ctx, c, clientlib.Jobs, j)
+		var ce *clientlib.ConflictError
+		if errors.As(err, &ce) {
+			continue // the controller updated the job's status: read again
+		}
+		if err == nil {
+			fmt.Fprintf(out, "job/%s stopped\n", key)
+		}
+		return err
+	}
+	return errors.New("job stop: the job keeps changing; try again")
 }

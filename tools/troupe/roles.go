@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -16,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 
 	"github.com/troupe-cluster/troupe/cellstore/pki"
@@ -25,84 +26,113 @@ import (
 
 // roleFlags are the flags every role process has.
 type roleFlags struct {
-	store, httpAddr, level *string
-	tls                    tlsFlags
+	endpoint, httpAddr, level string
+	tls                       tlsFlags
 }
 
-func registerRoleFlags(fs *flag.FlagSet) roleFlags {
-	return roleFlags{
-		store:    fs.String("store", "127.0.0.1:7000", "store gRPC address(es), comma-separated"),
-		httpAddr: fs.String("http-addr", "127.0.0.1:0", "address of /metrics and /healthz"),
-		level:    fs.String("log-level", "warn", "log level: debug, info, warn, error"),
-		tls:      registerTLSFlags(fs),
-	}
+// registerRoleFlags defines the role flags on fs: --endpoint (and its
+// deprecated name --store), --http-addr, --log-level and the credentials.
+func registerRoleFlags(fs *pflag.FlagSet) *roleFlags {
+	rf := &roleFlags{}
+	fs.StringVar(&rf.endpoint, "endpoint", defaultEndpoint, "store gRPC address(es), comma-separated")
+	addAlias(fs, "endpoint", "store")
+	fs.StringVar(&rf.httpAddr, "http-addr", "127.0.0.1:0", "address of /metrics and /healthz")
+	fs.StringVar(&rf.level, "log-level", "warn", "log level: debug, info, warn, error")
+	rf.tls.register(fs)
+	return rf
 }
 
 // client returns a new client of the store the flags name, presenting
 // creds.
-func (rf roleFlags) client(creds *pki.Source, log *zap.Logger) (*clientlib.Client, error) {
-	cc := clientlib.DefaultConfig(strings.Split(*rf.store, ",")...)
+func (rf *roleFlags) client(creds *pki.Source, log *zap.Logger) (*clientlib.Client, error) {
+	cc := clientlib.DefaultConfig(strings.Split(rf.endpoint, ",")...)
 	cc.Logger, cc.TLS = log, creds
 	return clientlib.New(cc)
 }
 
-// runScheduler runs scheduler instances of the built-in kinds against a
-// cell's store, sharing one cell cache, until SIGINT or SIGTERM.
-func runScheduler(args []string) error {
-	fs := flag.NewFlagSet("scheduler", flag.ContinueOnError)
-	rf := registerRoleFlags(fs)
-	kinds := fs.String("kinds", "batch,service,gang", "comma-separated scheduler kinds to run")
-	instances := fs.Int("instances", 1, "instances of each kind in this process")
-	first := fs.Int("first", 0, "index of this process's first instance of each kind: instances are named <kind>-<index> and serve partition <index>")
-	partitions := fs.Int("partitions", 0, "instances of each kind over all processes, which split the kind's jobs by hash (0: this process's; 1: no split, instances compete for every job)")
-	backoff := fs.Duration("backoff", time.Second, "wait before tasks that fit nowhere are tried again")
-	if err := parseFlags(fs, args); err != nil {
-		return err
+// schedulerCommand is `troupe scheduler`: scheduler instances of the
+// built-in kinds against a cell's store, sharing one cell cache, until
+// SIGINT or SIGTERM.
+func (a *app) schedulerCommand() *cobra.Command {
+	var (
+		kinds                        string
+		instances, first, partitions int
+		backoff                      time.Duration
+		rf                           *roleFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "scheduler",
+		Short: "Run scheduler instances (batch, service, gang)",
+		Long: `Run scheduler instances of the built-in kinds against a cell's store, sharing
+one cell cache, until SIGINT or SIGTERM. Instances are named <kind>-<index>
+and serve partition <index> of their kind's jobs.`,
+		Example: "  troupe scheduler --endpoint 10.0.0.1:7000,10.0.0.2:7000 --kinds batch --instances 2 --partitions 4 --first 0 --ca ... --cert ... --key ...",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			parts := partitions
+			if parts == 0 {
+				parts = first + instances
+			}
+			if instances <= 0 || first < 0 || (parts > 1 && first+instances > parts) {
+				return fmt.Errorf("instances %d from index %d do not fit in %d partitions", instances, first, parts)
+			}
+			var specs []cell.SchedulerSpec
+			for _, kind := range strings.Split(kinds, ",") {
+				for i := first; i < first+instances; i++ {
+					specs = append(specs, cell.SchedulerSpec{Name: fmt.Sprintf("%s-%d", kind, i), Kind: kind, Partition: i, Partitions: parts})
+				}
+			}
+			return a.runRoles(cmd.Context(), rf, "scheduler", func(r *cell.Roles) error { return r.StartSchedulers(specs, backoff) })
+		},
 	}
-	parts := *partitions
-	if parts == 0 {
-		parts = *first + *instances
-	}
-	if *instances <= 0 || *first < 0 || (parts > 1 && *first+*instances > parts) {
-		return fmt.Errorf("scheduler: instances %d from index %d do not fit in %d partitions", *instances, *first, parts)
-	}
-	var specs []cell.SchedulerSpec
-	for _, kind := range strings.Split(*kinds, ",") {
-		for i := *first; i < *first+*instances; i++ {
-			specs = append(specs, cell.SchedulerSpec{Name: fmt.Sprintf("%s-%d", kind, i), Kind: kind, Partition: i, Partitions: parts})
-		}
-	}
-	return runRoles(rf, "scheduler", func(r *cell.Roles) error { return r.StartSchedulers(specs, *backoff) })
+	fs := cmd.Flags()
+	rf = registerRoleFlags(fs)
+	fs.StringVar(&kinds, "kinds", "batch,service,gang", "comma-separated scheduler kinds to run")
+	fs.IntVar(&instances, "instances", 1, "instances of each kind in this process")
+	fs.IntVar(&first, "first", 0, "index of this process's first instance of each kind: instances are named <kind>-<index> and serve partition <index>")
+	fs.IntVar(&partitions, "partitions", 0, "instances of each kind over all processes, which split the kind's jobs by hash (0: this process's; 1: no split, instances compete for every job)")
+	fs.DurationVar(&backoff, "backoff", time.Second, "wait before tasks that fit nowhere are tried again")
+	return cmd
 }
 
-// runController runs the job, node-lifecycle and garbage-collection
-// controllers against a cell's store until SIGINT or SIGTERM.
-func runController(args []string) error {
-	fs := flag.NewFlagSet("controller", flag.ContinueOnError)
-	rf := registerRoleFlags(fs)
-	interval := fs.Duration("node-interval", time.Second, "how often machine leases are checked")
-	if err := parseFlags(fs, args); err != nil {
-		return err
+// controllerCommand is `troupe controller`: the job, node-lifecycle and
+// garbage-collection controllers against a cell's store until SIGINT or
+// SIGTERM.
+func (a *app) controllerCommand() *cobra.Command {
+	var (
+		interval time.Duration
+		rf       *roleFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "controller",
+		Short: "Run the job, node-lifecycle and gc controllers",
+		Long:  "Run the job, node-lifecycle and garbage-collection controllers against a cell's store until SIGINT or SIGTERM.",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.runRoles(cmd.Context(), rf, "controller", func(r *cell.Roles) error { return r.StartControllers(interval) })
+		},
 	}
-	return runRoles(rf, "controller", func(r *cell.Roles) error { return r.StartControllers(*interval) })
+	rf = registerRoleFlags(cmd.Flags())
+	cmd.Flags().DurationVar(&interval, "node-interval", time.Second, "how often machine leases are checked")
+	return cmd
 }
 
 // runRoles connects to the store, starts roles with start, serves their
 // metrics, and waits for a signal or a failure.
-func runRoles(rf roleFlags, what string, start func(*cell.Roles) error) error {
-	log, err := newLogger(*rf.level)
+func (a *app) runRoles(ctx context.Context, rf *roleFlags, what string, start func(*cell.Roles) error) error {
+	log, err := newLogger(rf.level)
 	if err != nil {
 		return err
 	}
 	defer log.Sync()
-	creds, err := rf.tls.source(what)
+	creds, err := rf.tls.source(what, a.errOut)
 	if err != nil {
 		return err
 	}
 	if creds != nil && creds.Identity().Role != what {
 		return fmt.Errorf("%s: the certificate names %s, not a %s", what, creds.Identity(), what)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
@@ -117,7 +147,7 @@ func runRoles(rf roleFlags, what string, start func(*cell.Roles) error) error {
 	if err := start(r); err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", *rf.httpAddr)
+	ln, err := net.Listen("tcp", rf.httpAddr)
 	if err != nil {
 		return fmt.Errorf("%s: metrics address: %w", what, err)
 	}
@@ -131,7 +161,7 @@ func runRoles(rf roleFlags, what string, start func(*cell.Roles) error) error {
 		}
 	}()
 	defer srv.Close()
-	fmt.Printf("troupe %s: store at %s, metrics http://%s/metrics; stop with Ctrl-C\n", what, *rf.store, ln.Addr())
+	fmt.Fprintf(a.out, "troupe %s: store at %s, metrics http://%s/metrics; stop with Ctrl-C\n", what, rf.endpoint, ln.Addr())
 	select {
 	case <-ctx.Done():
 		return nil

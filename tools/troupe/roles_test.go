@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"regexp"
 	"syscall"
@@ -35,8 +36,9 @@ func TestRoleProcesses(t *testing.T) {
 	lc := clienttest.Start(ctx, t)
 	c := lc.Client()
 	store := lc.EndpointList()
-	start := func(args ...string) io.Reader {
+	start := func(env []string, args ...string) io.Reader {
 		cmd := exec.Command(bin, args...)
+		cmd.Env = append(os.Environ(), env...)
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -51,9 +53,12 @@ func TestRoleProcesses(t *testing.T) {
 		return out
 	}
 	as := func(role, name string) []string { return lc.Flags(pki.Identity{Role: role, Name: name}) }
-	start(append([]string{"controller", "--store", store, "--node-interval", "200ms"}, as(pki.RoleController, "c1")...)...)
-	sched := start(append([]string{"scheduler", "--store", store, "--kinds", "batch", "--instances", "2", "--partitions", "1", "--backoff", "100ms"}, as(pki.RoleScheduler, "s1")...)...)
-	start(append([]string{"agent", "--store", store, "--machine", "r1", "--hollow", "4", "--capacity", "cpu=4000,memory=8Gi"}, as(pki.RoleAgent, "r1-hollow-*")...)...)
+	// The store's address as each role may be given it: --endpoint,
+	// -endpoint (one dash, as Go's flag package took it), TROUPE_STORE
+	// (the deprecated name's variable).
+	start(nil, append([]string{"controller", "--endpoint", store, "--node-interval", "200ms"}, as(pki.RoleController, "c1")...)...)
+	sched := start(nil, append([]string{"scheduler", "-endpoint", store, "-kinds", "batch", "--instances", "2", "--partitions", "1", "--backoff", "100ms"}, as(pki.RoleScheduler, "s1")...)...)
+	start([]string{"TROUPE_STORE=" + store}, append([]string{"agent", "--machine", "r1", "--hollow", "4", "--capacity", "cpu=4000m,memory=8Gi"}, as(pki.RoleAgent, "r1-hollow-*")...)...)
 	banner, err := bufio.NewReader(sched).ReadString('\n')
 	if err != nil {
 		t.Fatalf("scheduler banner: %v", err)

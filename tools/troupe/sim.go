@@ -1,25 +1,42 @@
 package main
 
 import (
-	"context"
+	"errors"
+	"flag"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/spf13/cobra"
 
 	"github.com/troupe-cluster/troupe/tools/bench"
 	"github.com/troupe-cluster/troupe/tools/sim/experiment"
 )
 
-// runSim simulates a workload (a Google 2011 trace, a generic CSV trace or
-// a synthetic configuration) with batch and service schedulers in
-// virtual time and prints the Omega measures as JSON, or runs an
-// experiment (`troupe sim sweep NAME -out DIR`): see tools/sim/experiment.
-// A sweep's -runner or -compare store plays it against a real store
-// (simStoreRunner), one run at a time. Ctrl-C stops it (with the CPU
-// profile written).
-func runSim(args []string) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return experiment.Command{Name: "troupe sim", Stdout: os.Stdout, Stderr: os.Stderr, CPUProfile: bench.StartCPUProfile,
-		Runners: map[string]experiment.CLIRunner{"store": {New: simStoreRunner, Exclusive: true}}}.Run(ctx, args)
+// simCommand is `troupe sim`: it simulates a workload (a Google 2011
+// trace, a generic CSV trace or a synthetic configuration) with batch and
+// service schedulers in virtual time and prints the Omega measures as
+// JSON, or runs an experiment (`troupe sim sweep NAME -out DIR`): see
+// tools/sim/experiment, which parses the command's arguments itself, with
+// Go's flag package (flags before arguments, one dash or two; -h lists
+// them). A sweep's -runner or -compare store plays it against a real
+// store (simStoreRunner), one run at a time. Ctrl-C stops it (with the
+// CPU profile written).
+func (a *app) simCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:                "sim [sweep NAME | redraw] [flags]",
+		Short:              "Simulate schedulers on a trace or synthetic workload",
+		Long:               "Simulate schedulers on a trace or synthetic workload. Its flags are its own: troupe sim -h lists them.",
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			err := experiment.Command{Name: "troupe sim", Stdout: a.out, Stderr: a.errOut, CPUProfile: bench.StartCPUProfile,
+				Runners: map[string]experiment.CLIRunner{"store": {New: a.simStoreRunner, Exclusive: true}}}.Run(ctx, args)
+			if errors.Is(err, flag.ErrHelp) {
+				return nil // -h: the usage is printed
+			}
+			return err
+		},
+	}
 }

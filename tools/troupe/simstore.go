@@ -17,17 +17,18 @@ import (
 // once fs is parsed (tools/sim/storerun: hollow agents, the real
 // schedulers and controllers, in real time compressed), whose measures
 // compare with the in-memory runner's field by field.
-func simStoreRunner(fs *flag.FlagSet) experiment.Runner {
+func (a *app) simStoreRunner(fs *flag.FlagSet) experiment.Runner {
 	store := fs.String("store", "embedded", "the store runner's store: 'embedded' (a one-node store in a temporary directory) "+
 		"or the gRPC address(es), comma-separated, of a store holding no machines or jobs")
 	compress := fs.Float64("store-compress", 10, "the store runner's compression: the seconds of virtual time one second of wall time plays")
-	tf := registerTLSFlags(fs)
+	var tf tlsFlags
+	tf.register(fs)
 	return func(ctx context.Context, cfg sim.Config, src workload.Source) (*sim.Stats, error) {
 		o := storerun.Options{Compress: *compress}
 		if *store != "embedded" {
 			o.Store = strings.Split(*store, ",")
 			var err error
-			if o.TLS, err = tf.source("sim"); err != nil {
+			if o.TLS, err = tf.source("sim", a.errOut); err != nil {
 				return nil, err
 			}
 		} else {

@@ -4,11 +4,11 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,9 +16,11 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -43,31 +45,93 @@ func newLogger(level string) (*zap.Logger, error) {
 	return cfg.Build()
 }
 
-// runStore runs one store node, or one of the store's operations.
-func runStore(args []string) error {
-	if len(args) > 0 {
-		switch args[0] {
-		case "members":
-			return runMembers(args[1:])
-		case "backup":
-			return runBackup(args[1:])
-		case "restore":
-			return runRestore(args[1:])
-		}
-	}
-	node.RaiseGOMAXPROCS()
+// storeCommand is `troupe store`: it runs one store node; its
+// subcommands are the store's operations (members, backup, restore).
+func (a *app) storeCommand() *cobra.Command {
 	cfg := node.DefaultConfig()
-	fs := flag.NewFlagSet("store", flag.ContinueOnError)
+	var (
+		tf            tlsFlags
+		idFromHost    bool
+		members, join string
+		shards        uint
+		rules, level  string
+		printRules    bool
+	)
+	cmd := &cobra.Command{
+		Use:   "store",
+		Short: "Run one cell store node; store members|backup|restore",
+		Long: `Run one node of the cell's store until SIGINT or SIGTERM: a new cell's
+member (--initial-members), a node restarting on its data directory, or a
+new member joining a running cell (--join). Its subcommands are the store's
+operations: members, backup, restore.`,
+		Example: `  troupe store --node-id 1 --data-dir /var/lib/troupe/store --raft-addr 10.0.0.1:7100 --grpc-addr 10.0.0.1:7000 \
+    --initial-members 1=10.0.0.1:7100,2=10.0.0.2:7100,3=10.0.0.3:7100 --ca ca.crt --cert store-1.crt --key store-1.key`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if printRules {
+				_, err := a.out.Write(authz.DefaultRulesYAML())
+				return err
+			}
+			node.RaiseGOMAXPROCS()
+			var err error
+			if idFromHost {
+				if cfg.NodeID, err = nodeIDFromHostname(); err != nil {
+					return err
+				}
+			}
+			if cfg.TLS, err = tf.source("store", a.errOut); err != nil {
+				return err
+			}
+			if rules != "" {
+				if cfg.TLS == nil {
+					return errors.New("--rules needs TLS: an --insecure store authorizes nothing")
+				}
+				if cfg.Rules, err = authz.Load(rules); err != nil {
+					return err
+				}
+			}
+			if cfg.InitialMembers, err = node.ParseMembers(members); err != nil {
+				return err
+			}
+			if cfg.Shards, err = storeShards(cfg.DataDir, uint32(shards), join, cfg.TLS); err != nil {
+				return err
+			}
+			cfg.Join = join != ""
+			if cfg.Logger, err = newLogger(level); err != nil {
+				return err
+			}
+			defer cfg.Logger.Sync()
+			n, err := node.Start(cfg)
+			if err != nil {
+				return err
+			}
+			defer n.Close()
+			n.Registry().MustRegister(buildInfo())
+			if cfg.Join {
+				if err := joinCell(a.out, join, cfg, n); err != nil {
+					return err
+				}
+			}
+			fmt.Fprintf(a.out, "troupe store node %d: gRPC %s, Raft %s, health and metrics http://%s/healthz /metrics, data in %s\n",
+				cfg.NodeID, n.GRPCAddr(), cfg.RaftAddr, n.HTTPAddr(), cfg.DataDir)
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			<-ctx.Done()
+			fmt.Fprintln(a.out, "troupe store: shutting down")
+			return nil
+		},
+	}
+	fs := cmd.Flags()
 	fs.Uint64Var(&cfg.NodeID, "node-id", cfg.NodeID, "this node's ID in the cell (non-zero)")
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory for Raft logs and state")
 	fs.StringVar(&cfg.RaftAddr, "raft-addr", cfg.RaftAddr, "host:port other store nodes reach this one at (an address or a DNS name)")
 	fs.StringVar(&cfg.RaftListenAddr, "raft-listen-addr", "", "host:port the Raft transport listens on, when --raft-addr is a name it cannot bind (default: --raft-addr)")
-	idFromHost := fs.Bool("node-id-from-hostname", false, "take the node ID from the hostname's last number plus one (a StatefulSet's store-0 is node 1); overrides --node-id")
+	fs.BoolVar(&idFromHost, "node-id-from-hostname", false, "take the node ID from the hostname's last number plus one (a StatefulSet's store-0 is node 1); overrides --node-id")
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "host:port clients reach the store at")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "host:port for /healthz and /metrics (empty: off)")
-	members := fs.String("initial-members", "", "a new cell's members, ID=RAFTADDR,... (default: this node alone)")
-	join := fs.String("join", "", "join the cell the store node at this gRPC address serves, as a new member")
-	shards := fs.Uint("shards", 0, "shard count, fixed when the cell is created (default: the data directory's, the joined cell's, or 1)")
+	fs.StringVar(&members, "initial-members", "", "a new cell's members, ID=RAFTADDR,... (default: this node alone)")
+	fs.StringVar(&join, "join", "", "join the cell the store node at this gRPC address serves, as a new member")
+	fs.UintVar(&shards, "shards", 0, "shard count, fixed when the cell is created (default: the data directory's, the joined cell's, or 1)")
 	fs.DurationVar(&cfg.RTT, "rtt", cfg.RTT, "network round trip that Raft timing is counted in")
 	fs.Uint64Var(&cfg.SnapshotEntries, "snapshot-entries", cfg.SnapshotEntries, "Raft entries between snapshots")
 	fs.StringVar(&cfg.LogDBMemory, "logdb-memory", cfg.LogDBMemory, "Raft log store memory: tiny, small, medium, large")
@@ -79,63 +143,12 @@ func runStore(args []string) error {
 	fs.DurationVar(&cfg.Server.FreezeTimeout, "backup-freeze-timeout", cfg.Server.FreezeTimeout, "the longest a backup may keep the cell's writes paused (its freeze lapses by itself then)")
 	fs.DurationVar(&cfg.Server.PrepareDelay, "fault-prepare-delay", 0, "FAULT TESTS ONLY: wait this long after a cross-shard transaction's prepares, before its resolution and reply")
 	fs.IntVar(&cfg.Server.MaxInflightPerIdentity, "max-inflight-per-identity", 0, "one identity's share of --max-inflight (0: a quarter of it)")
-	tf := registerTLSFlags(fs)
-	rules := fs.String("rules", "", "authorization rules file replacing the built-in rules (see --print-default-rules)")
-	printRules := fs.Bool("print-default-rules", false, "print the built-in authorization rules and exit")
-	level := fs.String("log-level", "warn", "log level: debug, info, warn, error")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if *printRules {
-		_, err := os.Stdout.Write(authz.DefaultRulesYAML())
-		return err
-	}
-	var err error
-	if *idFromHost {
-		if cfg.NodeID, err = nodeIDFromHostname(); err != nil {
-			return err
-		}
-	}
-	if cfg.TLS, err = tf.source("store"); err != nil {
-		return err
-	}
-	if *rules != "" {
-		if cfg.TLS == nil {
-			return errors.New("store: --rules needs TLS: an --insecure store authorizes nothing")
-		}
-		if cfg.Rules, err = authz.Load(*rules); err != nil {
-			return err
-		}
-	}
-	if cfg.InitialMembers, err = node.ParseMembers(*members); err != nil {
-		return err
-	}
-	if cfg.Shards, err = storeShards(cfg.DataDir, uint32(*shards), *join, cfg.TLS); err != nil {
-		return err
-	}
-	cfg.Join = *join != ""
-	if cfg.Logger, err = newLogger(*level); err != nil {
-		return err
-	}
-	defer cfg.Logger.Sync()
-	n, err := node.Start(cfg)
-	if err != nil {
-		return err
-	}
-	defer n.Close()
-	n.Registry().MustRegister(buildInfo())
-	if cfg.Join {
-		if err := joinCell(*join, cfg, n); err != nil {
-			return err
-		}
-	}
-	fmt.Printf("troupe store node %d: gRPC %s, Raft %s, health and metrics http://%s/healthz /metrics, data in %s\n",
-		cfg.NodeID, n.GRPCAddr(), cfg.RaftAddr, n.HTTPAddr(), cfg.DataDir)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	<-ctx.Done()
-	fmt.Println("troupe store: shutting down")
-	return nil
+	tf.register(fs)
+	fs.StringVar(&rules, "rules", "", "authorization rules file replacing the built-in rules (see --print-default-rules)")
+	fs.BoolVar(&printRules, "print-default-rules", false, "print the built-in authorization rules and exit")
+	fs.StringVar(&level, "log-level", "warn", "log level: debug, info, warn, error")
+	cmd.AddCommand(a.membersCommand(), a.backupCommand(), a.restoreCommand())
+	return cmd
 }
 
 // nodeIDFromHostname is the ordinal at the end of this host's name, plus
@@ -191,7 +204,7 @@ func storeShards(dataDir string, given uint32, join string, creds *pki.Source) (
 // once caught up, the request returning once it votes everywhere. A node
 // still catching up when the request times out keeps running and catching
 // up. Repeating it (a restart with --join) is harmless.
-func joinCell(endpoint string, cfg node.Config, n *node.Node) error {
+func joinCell(out io.Writer, endpoint string, cfg node.Config, n *node.Node) error {
 	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(pki.StoreCredentials(cfg.TLS)))
 	if err != nil {
 		return err
@@ -201,89 +214,139 @@ func joinCell(endpoint string, cfg node.Config, n *node.Node) error {
 	defer cancel()
 	resp, err := storev1.NewAdminClient(conn).AddMember(ctx, &storev1.AddMemberRequest{NodeId: cfg.NodeID, RaftAddress: cfg.RaftAddr, ShardCount: cfg.Shards})
 	if nv := n.NonVoting(); storeerr.Is(err, storeerr.NotCaughtUp) && len(nv) > 0 {
-		fmt.Printf("troupe store node %d joined the cell at %s and is still catching up: it does not vote in shards %s yet (troupe store members list)\n",
+		fmt.Fprintf(out, "troupe store node %d joined the cell at %s and is still catching up: it does not vote in shards %s yet (troupe store members list)\n",
 			cfg.NodeID, endpoint, shardRanges(nv))
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("join %s: %w", endpoint, err)
 	}
-	fmt.Printf("troupe store node %d joined the cell at %s:\n", cfg.NodeID, endpoint)
-	return printMembers(resp.GetMembers())
+	fmt.Fprintf(out, "troupe store node %d joined the cell at %s:\n", cfg.NodeID, endpoint)
+	return printMembers(out, resp.GetMembers())
 }
 
-// runStatus shows the store nodes at --endpoint (every one given, or the
-// CLI configuration's): per node its health (every shard has a leader),
-// the shards it leads, its applied index and how far it lags the most
-// advanced node shown, shard by shard; -o json prints their raw status.
-func runStatus(args []string) error {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	output := fs.String("o", "table", "table or json")
-	cf := registerCLIFlags(fs)
-	timeout := fs.Duration("timeout", 5*time.Second, "request timeout per node")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	creds, err := cf.source()
-	if err != nil {
-		return err
-	}
-	eps := cf.endpoints()
-	sts := make([]*storev1.StatusResponse, len(eps))
-	errs := make([]error, len(eps))
-	var wg sync.WaitGroup
-	for i, ep := range eps {
-		wg.Go(func() { sts[i], errs[i] = nodeStatus(ep, creds, *timeout) })
-	}
-	wg.Wait()
-	switch *output {
-	case "json":
-		for i, st := range sts {
-			if errs[i] != nil {
-				return fmt.Errorf("status of %s: %w", eps[i], errs[i])
+// statusCommand is `troupe status`: per store node at the endpoints
+// (every one given, or the context's), its addresses, its health (every
+// shard has a leader), the shards it leads, its applied index and how far
+// it lags the most advanced node shown, shard by shard; then the members
+// the store knows that were not asked; -o json prints the nodes' raw
+// status.
+func (a *app) statusCommand() *cobra.Command {
+	var (
+		output string
+		cf     *connFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the store nodes' status",
+		Long: `Show each store node at --endpoint (every address given, or the context's):
+its ID, the address asked, the gRPC and Raft addresses it reports, its
+health (every shard has a leader), the shards it leads, its applied index
+(summed over shards) and its lag (the most entries any shard is behind the
+most advanced node shown); then the cell's other members (from the store's
+member list), not asked; and the CLI's version. It exits with status 1
+when a node asked is unreachable or unhealthy.`,
+		Example: `  troupe status --endpoint 127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003`,
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "table" && output != "json" {
+				return usagef("-o is table or json, not %q", output)
 			}
-			b, err := protojson.MarshalOptions{Multiline: true, EmitUnpopulated: true}.Marshal(st)
+			t, err := a.target(cmd, cf)
 			if err != nil {
 				return err
 			}
-			fmt.Println(string(b))
-		}
-		return nil
-	case "table":
-		return printStatus(os.Stdout, eps, sts, errs)
-	default:
-		return fmt.Errorf("status: -o is table or json, not %q", *output)
+			eps := t.endpoints
+			sts := make([]*storev1.StatusResponse, len(eps))
+			errs := make([]error, len(eps))
+			var wg sync.WaitGroup
+			for i, ep := range eps {
+				wg.Go(func() { sts[i], errs[i] = nodeStatus(cmd.Context(), ep, t.creds, cf.timeout) })
+			}
+			wg.Wait()
+			if !slices.ContainsFunc(errs, func(err error) bool { return err == nil }) {
+				if err := unreachableAll(t, errs, cf.timeout); err != nil {
+					return err
+				}
+			}
+			if output == "json" {
+				for i, st := range sts {
+					if errs[i] != nil {
+						return fmt.Errorf("status of %s: %w", eps[i], errs[i])
+					}
+					b, err := protojson.MarshalOptions{Multiline: true, EmitUnpopulated: true}.Marshal(st)
+					if err != nil {
+						return err
+					}
+					fmt.Fprintln(a.out, string(b))
+				}
+				return nil
+			}
+			return printStatus(a.out, eps, sts, errs, listMembers(cmd.Context(), t, eps, errs, cf.timeout))
+		},
 	}
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
+	cf = a.addConnFlags(cmd, 5*time.Second, "request timeout per node")
+	return cmd
 }
 
-func nodeStatus(endpoint string, creds *pki.Source, timeout time.Duration) (*storev1.StatusResponse, error) {
-	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(pki.StoreCredentials(creds)))
+// unreachableAll is the error of status when no node answered at all:
+// the probe's words when none is reachable (nil if some answered, with an
+// error: the table says which).
+func unreachableAll(t target, errs []error, timeout time.Duration) error {
+	for _, err := range errs {
+		if c := status.Code(err); c != codes.Unavailable && c != codes.DeadlineExceeded {
+			return nil
+		}
+	}
+	return unreachable(t, errs, timeout)
+}
+
+// listMembers asks the first node that answered for the cell's members
+// (nil if none answers it: the table then shows the nodes asked only).
+func listMembers(ctx context.Context, t target, eps []string, errs []error, timeout time.Duration) []*storev1.Member {
+	i := slices.IndexFunc(errs, func(err error) bool { return err == nil })
+	if i < 0 {
+		return nil
+	}
+	conn, err := grpc.NewClient(eps[i], grpc.WithTransportCredentials(pki.StoreCredentials(t.creds)))
 	if err != nil {
-		return nil, err
+		return nil
 	}
 	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	return storev1.NewStoreClient(conn).Status(ctx, &storev1.StatusRequest{})
+	resp, err := storev1.NewAdminClient(conn).ListMembers(ctx, &storev1.ListMembersRequest{})
+	if err != nil {
+		return nil
+	}
+	return resp.GetMembers()
 }
 
-// printStatus prints a line per node: NODE, ENDPOINT, HEALTH, LEADS,
-// APPLIED (the sum over shards of the applied Raft index), LAG (the most
-// entries any shard is behind the most advanced node shown).
-func printStatus(out io.Writer, eps []string, sts []*storev1.StatusResponse, errs []error) error {
+// printStatus prints a line per node asked: NODE, ENDPOINT (the address
+// asked), GRPC and RAFT (the addresses it reports), HEALTH, LEADS, APPLIED
+// (the sum over shards of the applied Raft index), LAG (the most entries
+// any shard is behind the most advanced node shown); then a line per
+// member of members no node asked is (its Raft address and leads, as the
+// answering node knows them), and the CLI's version.
+func printStatus(out io.Writer, eps []string, sts []*storev1.StatusResponse, errs []error, members []*storev1.Member) error {
 	top := map[uint32]uint64{} // shard -> most advanced applied index shown
+	asked := map[uint64]bool{}
 	for _, st := range sts {
 		for _, sh := range st.GetShards() {
 			top[sh.GetShard()] = max(top[sh.GetShard()], sh.GetAppliedIndex())
 		}
+		if st != nil {
+			asked[st.GetReplicaId()] = true
+		}
 	}
 	w := tabwriter.NewWriter(out, 0, 4, 3, ' ', 0)
-	fmt.Fprintln(w, "NODE\tENDPOINT\tHEALTH\tLEADS\tAPPLIED\tLAG")
+	fmt.Fprintln(w, "NODE\tENDPOINT\tGRPC\tRAFT\tHEALTH\tLEADS\tAPPLIED\tLAG")
 	unhealthy := 0
 	for i, st := range sts {
 		if errs[i] != nil {
 			unhealthy++
-			fmt.Fprintf(w, "-\t%s\tunreachable: %s\t-\t-\t-\n", eps[i], status.Convert(errs[i]).Message())
+			fmt.Fprintf(w, "-\t%s\t-\t-\tunreachable: %s\t-\t-\t-\n", eps[i], status.Convert(errs[i]).Message())
 			continue
 		}
 		var leads, leaderless []uint32
@@ -303,13 +366,21 @@ func printStatus(out io.Writer, eps []string, sts []*storev1.StatusResponse, err
 			unhealthy++
 			health = "no leader for shards " + shardRanges(leaderless)
 		}
-		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%d\n", st.GetReplicaId(), eps[i], health, shardRanges(leads), applied, lag)
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", st.GetReplicaId(), eps[i], dash(st.GetGrpcAddress()), dash(st.GetRaftAddress()),
+			health, shardRanges(leads), applied, lag)
+	}
+	for _, m := range members {
+		if !asked[m.GetNodeId()] {
+			fmt.Fprintf(w, "%d\t-\t-\t%s\tnot asked (a member; add its address to --endpoint)\t%s\t-\t-\n", m.GetNodeId(), dash(m.GetRaftAddress()),
+				shardRanges(m.GetLeads()))
+		}
 	}
 	if err := w.Flush(); err != nil {
 		return err
 	}
+	fmt.Fprintf(out, "\nCLI: troupe %s (commit %s)\n", version, commit)
 	if unhealthy > 0 {
-		return fmt.Errorf("status: %d of %d nodes unhealthy", unhealthy, len(sts))
+		return fmt.Errorf("%d of %d nodes unhealthy", unhealthy, len(sts))
 	}
 	return nil
 }

@@ -2,9 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,94 +11,93 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
 	"go.uber.org/zap"
-	"google.golang.org/grpc"
 
 	"github.com/troupe-cluster/troupe/cellstore/node"
-	"github.com/troupe-cluster/troupe/cellstore/pki"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
 // The store's operations: `troupe store members|backup|restore`.
 
-// storeConn parses fs's flags, with --endpoint and --timeout, and connects
-// to the store node at the endpoint.
-func storeConn(fs *flag.FlagSet, args []string, timeout time.Duration) (*grpc.ClientConn, context.Context, context.CancelFunc, error) {
-	cf := registerCLIFlags(fs)
-	fs.DurationVar(&timeout, "timeout", timeout, "request timeout")
-	if err := parseFlags(fs, args); err != nil {
-		return nil, nil, nil, err
-	}
-	creds, err := cf.source()
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	conn, err := grpc.NewClient(cf.endpoints()[0], grpc.WithTransportCredentials(pki.StoreCredentials(creds)))
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	return conn, ctx, cancel, nil
-}
-
-// runMembers lists, adds or removes the cell's members.
-func runMembers(args []string) error {
-	if len(args) == 0 {
-		return errors.New("members: want list, add or remove")
-	}
-	fs := flag.NewFlagSet("members "+args[0], flag.ContinueOnError)
+// membersCommand is `troupe store members list|add|remove`.
+func (a *app) membersCommand() *cobra.Command {
+	list := a.memberCommand("list", "List the cell's members: their Raft addresses, shards, and those they lead", nil,
+		func(ctx context.Context, admin storev1.AdminClient) ([]*storev1.Member, error) {
+			resp, err := admin.ListMembers(ctx, &storev1.ListMembersRequest{})
+			return resp.GetMembers(), err
+		})
 	var (
 		id       uint64
 		raftAddr string
 		shards   uint
 	)
-	switch args[0] {
-	case "list":
-	case "add":
-		fs.Uint64Var(&id, "node-id", 0, "the new node's ID (never one a removed node had); it joins as a non-voting member and the command waits until it votes")
-		fs.StringVar(&raftAddr, "raft-addr", "", "host:port of the new node's Raft transport")
-		fs.UintVar(&shards, "shards", 0, "the new node's shard count, checked against the cell's (0: unchecked)")
-	case "remove":
-		fs.Uint64Var(&id, "node-id", 0, "the node to remove; send the request to another member")
-	default:
-		return fmt.Errorf("members: unknown command %q: want list, add or remove", args[0])
+	add := a.memberCommand("add", "Add a node as a member (it joins non-voting and the command waits until it votes)",
+		func(cmd *cobra.Command) {
+			cmd.Flags().Uint64Var(&id, "node-id", 0, "the new node's ID (never one a removed node had); it joins as a non-voting member and the command waits until it votes")
+			cmd.Flags().StringVar(&raftAddr, "raft-addr", "", "host:port of the new node's Raft transport")
+			cmd.Flags().UintVar(&shards, "shards", 0, "the new node's shard count, checked against the cell's (0: unchecked)")
+		},
+		func(ctx context.Context, admin storev1.AdminClient) ([]*storev1.Member, error) {
+			resp, err := admin.AddMember(ctx, &storev1.AddMemberRequest{NodeId: id, RaftAddress: raftAddr, ShardCount: uint32(shards)})
+			return resp.GetMembers(), err
+		})
+	var removeID uint64
+	remove := a.memberCommand("remove", "Remove a member (send the request to another member)",
+		func(cmd *cobra.Command) {
+			cmd.Flags().Uint64Var(&removeID, "node-id", 0, "the node to remove; send the request to another member")
+		},
+		func(ctx context.Context, admin storev1.AdminClient) ([]*storev1.Member, error) {
+			resp, err := admin.RemoveMember(ctx, &storev1.RemoveMemberRequest{NodeId: removeID})
+			return resp.GetMembers(), err
+		})
+	return group(&cobra.Command{
+		Use:   "members",
+		Short: "List, add or remove the cell's members",
+	}, list, add, remove)
+}
+
+// memberCommand is one of `troupe store members`: flags defines its
+// flags, call makes its request of the first endpoint, whose answer (the
+// members) it prints.
+func (a *app) memberCommand(name, short string, flags func(*cobra.Command),
+	call func(ctx context.Context, admin storev1.AdminClient) ([]*storev1.Member, error)) *cobra.Command {
+	var cf *connFlags
+	cmd := &cobra.Command{
+		Use:   name,
+		Short: short,
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			t, err := a.target(cmd, cf)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), cf.timeout)
+			defer cancel()
+			conn, err := a.storeConn(ctx, t, cf.timeout)
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			members, err := call(ctx, storev1.NewAdminClient(conn))
+			if err != nil {
+				return err
+			}
+			return printMembers(a.out, members)
+		},
 	}
-	conn, ctx, cancel, err := storeConn(fs, args[1:], time.Minute)
-	if err != nil {
-		return err
+	if flags != nil {
+		flags(cmd)
 	}
-	defer cancel()
-	defer conn.Close()
-	admin := storev1.NewAdminClient(conn)
-	var members []*storev1.Member
-	switch args[0] {
-	case "list":
-		var resp *storev1.ListMembersResponse
-		if resp, err = admin.ListMembers(ctx, &storev1.ListMembersRequest{}); err == nil {
-			members = resp.GetMembers()
-		}
-	case "add":
-		var resp *storev1.AddMemberResponse
-		if resp, err = admin.AddMember(ctx, &storev1.AddMemberRequest{NodeId: id, RaftAddress: raftAddr, ShardCount: uint32(shards)}); err == nil {
-			members = resp.GetMembers()
-		}
-	case "remove":
-		var resp *storev1.RemoveMemberResponse
-		if resp, err = admin.RemoveMember(ctx, &storev1.RemoveMemberRequest{NodeId: id}); err == nil {
-			members = resp.GetMembers()
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("members %s: %w", args[0], err)
-	}
-	return printMembers(members)
+	cf = a.addConnFlags(cmd, time.Minute, "request timeout")
+	return cmd
 }
 
 // printMembers prints one line per member: the shards it holds a replica
 // of, those of them where it does not vote yet (a new member catching up)
 // and those it leads.
-func printMembers(members []*storev1.Member) error {
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 3, ' ', 0)
+func printMembers(out io.Writer, members []*storev1.Member) error {
+	w := tabwriter.NewWriter(out, 0, 4, 3, ' ', 0)
 	fmt.Fprintln(w, "NODE\tRAFT ADDRESS\tSHARDS\tNON-VOTING\tLEADS")
 	for _, m := range members {
 		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\n", m.GetNodeId(), m.GetRaftAddress(), shardRanges(m.GetShards()),
@@ -128,68 +126,91 @@ func shardRanges(shards []uint32) string {
 	return strings.Join(parts, ",")
 }
 
-// runBackup writes a backup of every shard to a file, which appears only
-// once complete.
-func runBackup(args []string) error {
-	fs := flag.NewFlagSet("backup", flag.ContinueOnError)
-	out := fs.String("out", "", "backup file to write")
-	conn, ctx, cancel, err := storeConn(fs, args, 30*time.Minute)
-	if err != nil {
-		return err
+// backupCommand is `troupe store backup --out FILE`: a backup of every
+// shard, written to a file that appears only once complete.
+func (a *app) backupCommand() *cobra.Command {
+	var (
+		out string
+		cf  *connFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "backup --out FILE",
+		Short: "Write a backup of every shard to a file",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if out == "" {
+				return usagef("give --out FILE")
+			}
+			t, err := a.target(cmd, cf)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), cf.timeout)
+			defer cancel()
+			conn, err := a.storeConn(ctx, t, cf.timeout)
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			stream, err := storev1.NewAdminClient(conn).Backup(ctx, &storev1.BackupRequest{})
+			if err != nil {
+				return err
+			}
+			f, err := os.CreateTemp(filepath.Dir(out), filepath.Base(out)+".*.tmp")
+			if err != nil {
+				return err
+			}
+			defer os.Remove(f.Name()) // fails harmlessly once renamed
+			sum, err := node.WriteBackup(f, stream.Recv)
+			if err == nil {
+				err = f.Sync()
+			}
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err == nil {
+				err = os.Rename(f.Name(), out)
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(a.out, "backup of %d shards at revisions %v written to %s\n", sum.Shards, sum.Revisions, out)
+			return nil
+		},
 	}
-	defer cancel()
-	defer conn.Close()
-	if *out == "" {
-		return errors.New("backup: give --out FILE")
-	}
-	stream, err := storev1.NewAdminClient(conn).Backup(ctx, &storev1.BackupRequest{})
-	if err != nil {
-		return fmt.Errorf("backup: %w", err)
-	}
-	f, err := os.CreateTemp(filepath.Dir(*out), filepath.Base(*out)+".*.tmp")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name()) // fails harmlessly once renamed
-	sum, err := node.WriteBackup(f, stream.Recv)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), *out)
-	}
-	if err != nil {
-		return err
-	}
-	fmt.Printf("backup of %d shards at revisions %v written to %s\n", sum.Shards, sum.Revisions, *out)
-	return nil
+	cmd.Flags().StringVar(&out, "out", "", "backup file to write")
+	cf = a.addConnFlags(cmd, 30*time.Minute, "request timeout")
+	return cmd
 }
 
-// runRestore creates a node's data directory from a backup file.
-func runRestore(args []string) error {
-	fs := flag.NewFlagSet("restore", flag.ContinueOnError)
-	in := fs.String("in", "", "backup file to restore")
-	dir := fs.String("data-dir", "", "the new node's data directory (empty or absent)")
-	if err := parseFlags(fs, args); err != nil {
-		return err
+// restoreCommand is `troupe store restore --in FILE --data-dir DIR`: a
+// node's data directory made from a backup file.
+func (a *app) restoreCommand() *cobra.Command {
+	var in, dir string
+	cmd := &cobra.Command{
+		Use:   "restore --in FILE --data-dir DIR",
+		Short: "Make a new node's data directory from a backup file",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if in == "" || dir == "" {
+				return usagef("give --in FILE and --data-dir DIR")
+			}
+			f, err := os.Open(in)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			sum, err := node.Restore(dir, f, zap.NewNop())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(a.out, "restored %d shards at revisions %v into %s\n"+
+				"start it as a one-node cell: troupe store --data-dir %s [--node-id ...]; add nodes with troupe store --join\n",
+				sum.Shards, sum.Revisions, dir, dir)
+			return nil
+		},
 	}
-	if *in == "" || *dir == "" {
-		return errors.New("restore: give --in FILE and --data-dir DIR")
-	}
-	f, err := os.Open(*in)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	sum, err := node.Restore(*dir, f, zap.NewNop())
-	if err != nil {
-		return err
-	}
-	fmt.Printf("restored %d shards at revisions %v into %s\n"+
-		"start it as a one-node cell: troupe store --data-dir %s [--node-id ...]; add nodes with troupe store --join\n",
-		sum.Shards, sum.Revisions, *dir, *dir)
-	return nil
+	cmd.Flags().StringVar(&in, "in", "", "backup file to restore")
+	cmd.Flags().StringVar(&dir, "data-dir", "", "the new node's data directory (empty or absent)")
+	return cmd
 }

@@ -1,9 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"io"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -44,34 +43,39 @@ func TestCLISkipsUnreadableObjects(t *testing.T) {
 	clienttest.PutRaw(ctx, t, c, "/jobs/default/invalid", clienttest.Encoded(t, invalid))
 	clienttest.PutRaw(ctx, t, c, "/tasks/default/good-a/1", clienttest.Garbage)
 
-	run := func(cmd func(args []string, out, errOut io.Writer) error, args ...string) (string, string, error) {
-		var out, errOut bytes.Buffer
-		err := cmd(append(args, endpoint...), &out, &errOut)
-		return out.String(), errOut.String(), err
+	run := func(args ...string) (string, string, error) {
+		out, errOut, code := cli{}.run(ctx, append(args, endpoint...)...)
+		var err error
+		if code != 0 {
+			err = fmt.Errorf("exit status %d: %s", code, errOut)
+		}
+		return out, errOut, err
 	}
-	out, errOut, err := run(get, "jobs")
+	out, errOut, err := run("get", "jobs")
 	if err != nil || !strings.Contains(out, "good-a") || !strings.Contains(out, "good-b") || strings.Contains(out, "invalid") ||
 		!strings.Contains(errOut, "2 jobs could not be read") || !strings.Contains(errOut, "/jobs/default/garbage") ||
 		!strings.Contains(errOut, "/jobs/default/invalid") {
 		t.Fatalf("get jobs: %v\nstdout:\n%s\nstderr:\n%s", err, out, errOut)
 	}
-	out, _, err = run(get, "jobs", "-o", "yaml")
+	out, _, err = run("get", "jobs", "-o", "yaml")
 	if ms, derr := clientlib.DecodeManifests([]byte(out)); err != nil || derr != nil || len(ms) != 2 {
 		t.Fatalf("get jobs -o yaml: %v %v\n%s", err, derr, out)
 	}
-	out, errOut, err = run(describe, "job", "good-a")
+	out, errOut, err = run("describe", "job", "good-a")
 	if err != nil || !strings.Contains(out, "good-a-0") || !strings.Contains(errOut, "1 task could not be read") ||
 		!strings.Contains(errOut, "/tasks/default/good-a/1") {
 		t.Fatalf("describe job good-a: %v\nstdout:\n%s\nstderr:\n%s", err, out, errOut)
 	}
-	if _, _, err := run(describe, "job", "garbage"); err == nil || !strings.Contains(err.Error(), "unreadable Job at /jobs/default/garbage") {
+	if _, _, err := run("describe", "job", "garbage"); err == nil || !strings.Contains(err.Error(), "unreadable Job at /jobs/default/garbage") {
 		t.Fatalf("describe job garbage: %v", err)
 	}
 
 	var watchOut, watchErr syncBuffer
 	watchCtx, stopWatch := context.WithCancel(ctx)
-	watched := make(chan error, 1)
-	go func() { watched <- watch(watchCtx, append([]string{"jobs"}, endpoint...), &watchOut, &watchErr) }()
+	watched := make(chan int, 1)
+	go func() {
+		watched <- cli{}.runTo(watchCtx, &watchOut, &watchErr, append([]string{"watch", "jobs"}, endpoint...)...)
+	}()
 	wait.Until(ctx, t, "the watch to start", contains(func() (string, error) { return watchErr.String(), nil }, "Watching jobs"))
 	clienttest.PutRaw(ctx, t, c, "/jobs/default/good-b", clienttest.Garbage)
 	if _, err := clientlib.Create(ctx, c, clientlib.Jobs, job("good-c")); err != nil {
@@ -81,8 +85,8 @@ func TestCLISkipsUnreadableObjects(t *testing.T) {
 		"UNREADABLE job /jobs/default/garbage", "UNREADABLE job /jobs/default/invalid", "UNREADABLE job /jobs/default/good-b",
 		"ADDED job default/good-c"))
 	stopWatch()
-	if err := <-watched; err != nil {
-		t.Fatalf("watch ended with %v", err)
+	if code := <-watched; code != 0 {
+		t.Fatalf("watch ended with exit status %d: %s", code, watchErr.String())
 	}
 	if s := watchOut.String(); strings.Count(s, "UNREADABLE") != 3 || strings.Contains(s, "DELETED") {
 		t.Fatalf("watch:\n%s", s)

@@ -1,13 +1,13 @@
 package main
 
 import (
-	"context"
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"syscall"
+
+	"github.com/spf13/cobra"
 
 	"github.com/troupe-cluster/troupe/agents/agent"
 	"github.com/troupe-cluster/troupe/agents/runtime"
@@ -16,66 +16,75 @@ import (
 	"github.com/troupe-cluster/troupe/tools/cell"
 )
 
-// runUp runs a whole cell in one process: a one-node store, the batch,
-// service and gang schedulers, the controllers, an exec agent for this
-// host and optionally hollow machines.
-func runUp(args []string) error {
-	fs := flag.NewFlagSet("up", flag.ContinueOnError)
-	dataDir := fs.String("data-dir", "", "store and task data (default: a new temporary directory)")
-	grpcAddr := fs.String("grpc-addr", "127.0.0.1:7000", "store gRPC address")
-	httpAddr := fs.String("http-addr", "127.0.0.1:7200", "health and metrics address")
-	hollow := fs.Int("hollow", 0, "simulated machines to add (16 cores, 64 GiB each)")
-	shards := fs.Uint("shards", 1, "store shards, fixed when the data directory is created (on one machine, 1 is fastest; see DESIGN.md)")
-	execAgent := fs.Bool("exec", true, "run an exec agent for this host")
-	taskUser := fs.String("task-user", runtime.DefaultTaskUser(), taskUserUsage)
-	level := fs.String("log-level", "warn", "log level")
-	insecure := fs.Bool("insecure", false, "no TLS and no authorization: anyone who reaches the ports may read and change the whole cell")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if *insecure {
-		fmt.Fprintln(os.Stderr, "WARNING: troupe up runs with --insecure: no TLS, no authentication, no authorization; anyone who reaches its ports can read and change the whole cell")
-	}
-	node.RaiseGOMAXPROCS()
-	log, err := newLogger(*level)
-	if err != nil {
-		return err
-	}
-	defer log.Sync()
-	if *dataDir == "" {
-		if *dataDir, err = os.MkdirTemp("", "troupe-up-"); err != nil {
-			return err
-		}
-		// Task users pass through it to their working directories, in
-		// tasks/; the store and the certificates are private below it.
-		if err := os.Chmod(*dataDir, 0o711); err != nil {
-			return err
-		}
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	cfg := cell.Config{DataDir: *dataDir, GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, Hollow: *hollow, Shards: uint32(*shards),
-		HollowCapacity: map[string]int64{"cpu": 16000, "memory": 64 << 30}, TaskUser: *taskUser, Insecure: *insecure, Logger: log}
-	if *execAgent {
-		cfg.ExecMachine, _ = agent.HostMachine()
-		cfg.ExecCapacity = agent.HostCapacity()
-	}
-	c, err := cell.Start(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer c.Stop()
-	c.Node.Registry().MustRegister(buildInfo())
-	security := "insecure: no TLS, no authorization"
-	if !*insecure {
-		path, err := writeUpClientConfig(c)
-		if err != nil {
-			return err
-		}
-		security = "TLS; certificates in " + c.PKIDir() + "; the CLI's configuration (admin) in " + path
-	}
-	fmt.Printf(`Troupe cell up: store at %s (metrics http://%s/metrics), data in %s
+// upCommand is `troupe up`: a whole cell in one process: a one-node
+// store, the batch, service and gang schedulers, the controllers, an exec
+// agent for this host and optionally hollow machines. It writes the CLI's
+// context "local" for the cell and makes it current.
+func (a *app) upCommand() *cobra.Command {
+	var (
+		dataDir, grpcAddr, httpAddr, taskUser, level, config string
+		hollow                                               int
+		shards                                               uint
+		execAgent, insecure                                  bool
+	)
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Run a whole cell in one process",
+		Long: `Run a whole cell in one process until Ctrl-C: a one-node store, the batch,
+service and gang schedulers, the controllers, an exec agent for this host
+and optionally hollow (simulated) machines. It makes the cell's
+certificates and writes the CLI's context "` + upContext + `" (the store's
+address and the admin's certificate) into the CLI's configuration, as the
+current context: the troupe commands in another shell reach the cell with
+no flags.`,
+		Example: `  troupe up --hollow 10
+  troupe get machines`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if insecure {
+				fmt.Fprintln(a.errOut, "WARNING: troupe up runs with --insecure: no TLS, no authentication, no authorization; anyone who reaches its ports can read and change the whole cell")
+			}
+			node.RaiseGOMAXPROCS()
+			log, err := newLogger(level)
+			if err != nil {
+				return err
+			}
+			defer log.Sync()
+			if dataDir == "" {
+				if dataDir, err = os.MkdirTemp("", "troupe-up-"); err != nil {
+					return err
+				}
+				// Task users pass through it to their working directories, in
+				// tasks/; the store and the certificates are private below it.
+				if err := os.Chmod(dataDir, 0o711); err != nil {
+					return err
+				}
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			cfg := cell.Config{DataDir: dataDir, GRPCAddr: grpcAddr, HTTPAddr: httpAddr, Hollow: hollow, Shards: uint32(shards),
+				HollowCapacity: map[string]int64{"cpu": 16000, "memory": 64 << 30}, TaskUser: taskUser, Insecure: insecure, Logger: log}
+			if execAgent {
+				cfg.ExecMachine, _ = agent.HostMachine()
+				cfg.ExecCapacity = agent.HostCapacity()
+			}
+			c, err := cell.Start(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			defer c.Stop()
+			c.Node.Registry().MustRegister(buildInfo())
+			path, err := writeUpContext(a.configPath(config), c, insecure)
+			if err != nil {
+				return err
+			}
+			security := "TLS; certificates in " + c.PKIDir()
+			if insecure {
+				security = "insecure: no TLS, no authorization"
+			}
+			fmt.Fprintf(a.out, `Troupe cell up: store at %s (metrics http://%s/metrics), data in %s
   security: %s
+  CLI: context %q in %s, the current context
   machines: %d (exec agent for this host: %v, hollow: %d)
   schedulers: batch-0, service-0, gang-0; controllers: job, node lifecycle, gc
 Try:
@@ -83,25 +92,52 @@ Try:
   bin/troupe get jobs
   bin/troupe get tasks
 Stop with Ctrl-C.
-`, c.Node.GRPCAddr(), c.Node.HTTPAddr(), *dataDir, security, *hollow+btoi(*execAgent), *execAgent, *hollow)
-	select {
-	case <-ctx.Done():
-		fmt.Println("troupe up: shutting down")
-		return nil
-	case err := <-c.Errors():
-		return err
+`, c.Node.GRPCAddr(), c.Node.HTTPAddr(), dataDir, security, upContext, path, hollow+btoi(execAgent), execAgent, hollow)
+			select {
+			case <-ctx.Done():
+				fmt.Fprintln(a.out, "troupe up: shutting down")
+				return nil
+			case err := <-c.Errors():
+				return err
+			}
+		},
 	}
+	fs := cmd.Flags()
+	fs.StringVar(&dataDir, "data-dir", "", "store and task data (default: a new temporary directory)")
+	fs.StringVar(&grpcAddr, "grpc-addr", defaultEndpoint, "store gRPC address")
+	fs.StringVar(&httpAddr, "http-addr", "127.0.0.1:7200", "health and metrics address")
+	fs.IntVar(&hollow, "hollow", 0, "simulated machines to add (16 cores, 64 GiB each)")
+	fs.UintVar(&shards, "shards", 1, "store shards, fixed when the data directory is created (on one machine, 1 is fastest; see DESIGN.md)")
+	fs.BoolVar(&execAgent, "exec", true, "run an exec agent for this host")
+	fs.StringVar(&taskUser, "task-user", runtime.DefaultTaskUser(), taskUserUsage)
+	fs.StringVar(&level, "log-level", "warn", "log level")
+	fs.BoolVar(&insecure, "insecure", false, "no TLS and no authorization: anyone who reaches the ports may read and change the whole cell")
+	a.addConfigFlags(cmd, &config, nil)
+	return cmd
 }
 
-// writeUpClientConfig writes the CLI's configuration for c: its store's
-// address and the admin certificate, by absolute path.
-func writeUpClientConfig(c *cell.Cell) (string, error) {
-	dir, err := filepath.Abs(c.PKIDir())
+// writeUpContext writes the CLI's context "local" for c into the CLI's
+// configuration at path, as its current context: its store's address and
+// the admin certificate, by absolute path (insecure: no certificate). The
+// file's other contexts stay; a file of before contexts, which troupe up
+// wrote, is replaced. It returns the path.
+func writeUpContext(path string, c *cell.Cell, insecure bool) (string, error) {
+	cc, err := readClientConfig(path)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("%w (fix or remove it, or give another --config)", err)
 	}
-	f := pki.DirFiles(dir, pki.LocalAdmin)
-	return writeClientConfig(clientConfig{Endpoints: []string{c.Node.GRPCAddr()}, CA: f.CA, Cert: f.Cert, Key: f.Key})
+	ctx := cellContext{Name: upContext, Endpoints: []string{c.Node.GRPCAddr()}, Insecure: insecure}
+	if !insecure {
+		dir, err := filepath.Abs(c.PKIDir())
+		if err != nil {
+			return "", err
+		}
+		f := pki.DirFiles(dir, pki.LocalAdmin)
+		ctx.CA, ctx.Cert, ctx.Key = f.CA, f.Cert, f.Key
+	}
+	cc.setContext(ctx)
+	cc.CurrentContext = upContext
+	return path, writeClientConfig(path, cc)
 }
 
 func btoi(b bool) int {

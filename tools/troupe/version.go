@@ -5,6 +5,7 @@ import (
 	"runtime"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
 )
 
 // Set at build time (make build, make image: -ldflags -X main.version=...).
@@ -14,10 +15,18 @@ var (
 	buildDate = "unknown"
 )
 
-// runVersion prints the binary's version, commit and build date.
-func runVersion([]string) error {
-	fmt.Printf("troupe %s\ncommit:  %s\nbuilt:   %s\ngo:      %s %s/%s\n", version, commit, buildDate, runtime.Version(), runtime.GOOS, runtime.GOARCH)
-	return nil
+// versionCommand is `troupe version`: the binary's version, commit and
+// build date.
+func (a *app) versionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version, commit and build date",
+		Args:  noArgs,
+		RunE: func(*cobra.Command, []string) error {
+			fmt.Fprintf(a.out, "troupe %s\ncommit:  %s\nbuilt:   %s\ngo:      %s %s/%s\n", version, commit, buildDate, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			return nil
+		},
+	}
 }
 
 // buildInfo is the troupe_build_info gauge every process serves in

@@ -3,50 +3,78 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/troupe-cluster/troupe/clientlib"
 	"github.com/troupe-cluster/troupe/clientlib/cache"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 )
 
-// runWatch prints a line for every change of machines, jobs, tasks or
-// events until Ctrl-C.
-func runWatch(args []string) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return watch(ctx, args, os.Stdout, os.Stderr)
+// watchCommand is `troupe watch [KIND]`: a line for every change of
+// machines, jobs, tasks or events (or all of them) until Ctrl-C.
+func (a *app) watchCommand() *cobra.Command {
+	var (
+		selector string
+		cf       *connFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "watch [machines|jobs|tasks|events|all]",
+		Short: "Print changes of machines, jobs, tasks and events",
+		Long: `Print a line for every change of machines, jobs, tasks or events (default:
+all of them) until Ctrl-C. The first lists must come within --timeout; the
+watch then goes on.`,
+		Example: `  troupe watch tasks -l app=web`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 1 {
+				return usagef("give at most one kind: machines, jobs, tasks, events or all")
+			}
+			return nil
+		},
+		ValidArgsFunction: completeKinds([]string{"machines", "jobs", "tasks", "events", "all"}),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			what := "all"
+			if len(args) > 0 {
+				what = args[0]
+			}
+			if !slices.Contains([]string{"all", "machine", "machines", "job", "jobs", "task", "tasks", "event", "events"}, what) {
+				return usagef("unknown kind %q (machines, jobs, tasks, events or all)", what)
+			}
+			sel, err := clientlib.ParseSelector(selector)
+			if err != nil {
+				return err
+			}
+			c, _, syncCtx, cancel, err := a.connect(cmd, cf)
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			defer c.Close()
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return watch(ctx, syncCtx, c, what, sel, a.out, a.errOut)
+		},
+	}
+	cmd.Flags().StringVarP(&selector, "selector", "l", "", "label selector of machines, jobs and tasks (events carry no labels: none match one)")
+	cf = a.addConnFlags(cmd, 10*time.Second, "how long the first lists may take")
+	return cmd
 }
 
 // watch follows the kinds asked for with informers (list, then watch from
 // the list's cursor; a compacted cursor relists, and the differences are
 // printed like any change) and prints one line per change after the first
-// list, until ctx ends. It tells errOut when it is watching.
-func watch(ctx context.Context, args []string, out, errOut io.Writer) error {
-	what := "all"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		what, args = args[0], args[1:]
-	}
-	fs := flag.NewFlagSet("watch", flag.ContinueOnError)
-	selector := fs.String("l", "", "label selector of machines, jobs and tasks (events carry no labels: none match one)")
-	c, syncCtx, cancel, err := cliClient(fs, args)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	defer c.Close()
-	sel, err := clientlib.ParseSelector(*selector)
-	if err != nil {
-		return err
-	}
+// list, until ctx ends; the first lists must come before syncCtx ends. It
+// tells errOut when it is watching.
+func watch(ctx, syncCtx context.Context, c *clientlib.Client, what string, sel clientlib.Selector, out, errOut io.Writer) error {
 	p := &linePrinter{out: out, now: time.Now}
 	var followed []cache.Syncer
 	add := func(kind string, s ...cache.Syncer) {
@@ -58,17 +86,12 @@ func watch(ctx context.Context, args []string, out, errOut io.Writer) error {
 	add("job", follow(c, p, sel, "job", clientlib.Jobs, named(jobLine)))
 	add("task", follow(c, p, sel, "task", clientlib.Tasks, named(taskLine)))
 	add("event", follow(c, p, sel, "event", clientlib.Events, eventLine), follow(c, p, sel, "event", clientlib.MachineEvents, eventLine))
-	if len(followed) == 0 {
-		return fmt.Errorf("watch: unknown kind %q (machines, jobs, tasks, events or all)", what)
-	}
 	for _, s := range followed {
 		go s.Run(ctx)
 	}
-	// The first lists must come within the -timeout; the watch then goes
-	// on until ctx ends.
 	for _, s := range followed {
 		if err := s.WaitForSync(syncCtx); err != nil {
-			return fmt.Errorf("watch: %w", err)
+			return err
 		}
 	}
 	fmt.Fprintf(errOut, "Watching %s; Ctrl-C to stop.\n", what)

@@ -54,7 +54,9 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-var flagLine = regexp.MustCompile(`(?m)^  -([a-z0-9][a-z0-9-]*)`)
+// flagLine is a flag in the help cobra prints: "      --data-dir string"
+// or "  -n, --namespace string".
+var flagLine = regexp.MustCompile(`(?m)^ +(?:-[a-z0-9], )?--([a-z0-9][a-z0-9-]*)`)
 
 // troupeFlags are the flags of each role, from `troupe <role> -h`.
 var troupeFlags = sync.OnceValues(func() (Flags, error) {
@@ -64,11 +66,12 @@ var troupeFlags = sync.OnceValues(func() (Flags, error) {
 	}
 	flags := Flags{}
 	for _, r := range Roles {
-		out, _ := exec.Command(bin, r, "-h").CombinedOutput() // -h exits non-zero
+		out, _ := exec.Command(bin, r, "-h").CombinedOutput()
 		set := map[string]bool{}
 		for _, m := range flagLine.FindAllStringSubmatch(string(out), -1) {
 			set[m[1]] = true
 		}
+		delete(set, "help") // -h is no setting
 		if len(set) < 5 {
 			return nil, fmt.Errorf("troupe %s -h listed %d flags:\n%s", r, len(set), out)
 		}
@@ -159,7 +162,7 @@ func TestChecksCatchMistakes(t *testing.T) {
 		{"listen on loopback", "store.yaml", "value: 0.0.0.0:7200", "value: 127.0.0.1:7200", `listens on 127.0.0.1 only`},
 		{"listen on another port", "scheduler.yaml", "value: 0.0.0.0:7300", "value: 0.0.0.0:7301", `its port "http" is 7300`},
 		{"store left out", "agent.yaml", "store-0.troupe-store.troupe.svc:7000,store-1.troupe-store.troupe.svc:7000,", "store-0.troupe-store.troupe.svc:7000,", `leaves out store node store-1`},
-		{"store misnamed", "controller.yaml", "store-0.troupe-store.troupe.svc:7000", "store-0.troupe-store:7000", `TROUPE_STORE names "store-0.troupe-store:7000"`},
+		{"store misnamed", "controller.yaml", "store-0.troupe-store.troupe.svc:7000", "store-0.troupe-store:7000", `TROUPE_ENDPOINT names "store-0.troupe-store:7000"`},
 		{"root store", "store.yaml", "        runAsNonRoot: true\n", "", `must run as non-root`},
 		{"writable root", "agent.yaml", "            privileged: false\n            allowPrivilegeEscalation: false\n            readOnlyRootFilesystem: true\n", "            privileged: false\n            allowPrivilegeEscalation: false\n            readOnlyRootFilesystem: false\n", `readOnlyRootFilesystem must be true`},
 		{"more capabilities", "agent.yaml", `"DAC_OVERRIDE", "KILL"]`, `"DAC_OVERRIDE", "KILL", "SYS_ADMIN"]`, `adds capability SYS_ADMIN`},

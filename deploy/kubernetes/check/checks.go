@@ -698,7 +698,7 @@ func (c *cell) storeEndpoints() (pods map[string]string, services map[string]boo
 	return pods, services
 }
 
-// checkStoreAddresses: every client role's TROUPE_STORE lists every store
+// checkStoreAddresses: every client role's TROUPE_ENDPOINT lists every store
 // node by the name its certificate carries (or a Service of the store).
 func (c *cell) checkStoreAddresses() []error {
 	var errs []error
@@ -709,22 +709,22 @@ func (c *cell) checkStoreAddresses() []error {
 			if r == "" || r == "store" {
 				continue
 			}
-			v, ok := env(&ctr, "TROUPE_STORE")
+			v, ok := env(&ctr, "TROUPE_ENDPOINT")
 			if !ok {
-				errs = append(errs, fmt.Errorf("%s: %s %s: container %s sets no TROUPE_STORE", w.where, w.kind, w.name, ctr.Name))
+				errs = append(errs, fmt.Errorf("%s: %s %s: container %s sets no TROUPE_ENDPOINT", w.where, w.kind, w.name, ctr.Name))
 				continue
 			}
 			seen := map[string]bool{}
 			for _, ep := range strings.Split(v, ",") {
 				if _, ok := pods[ep]; !ok && !services[ep] {
-					errs = append(errs, fmt.Errorf("%s: %s %s: TROUPE_STORE names %q, which is no store pod's name under its headless Service nor a store Service (%v)",
+					errs = append(errs, fmt.Errorf("%s: %s %s: TROUPE_ENDPOINT names %q, which is no store pod's name under its headless Service nor a store Service (%v)",
 						w.where, w.kind, w.name, ep, slices.Sorted(maps.Keys(pods))))
 				}
 				seen[ep] = true
 			}
 			for ep := range pods {
 				if !seen[ep] && !slices.ContainsFunc(strings.Split(v, ","), func(s string) bool { return services[s] }) {
-					errs = append(errs, fmt.Errorf("%s: %s %s: TROUPE_STORE leaves out store node %s: the client routes each request to its shard's leader among the nodes it knows", w.where, w.kind, w.name, ep))
+					errs = append(errs, fmt.Errorf("%s: %s %s: TROUPE_ENDPOINT leaves out store node %s: the client routes each request to its shard's leader among the nodes it knows", w.where, w.kind, w.name, ep))
 				}
 			}
 		}
