@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
+	"go.uber.org/zap"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/troupe-cluster/troupe/agents/runtime"
+	"github.com/troupe-cluster/troupe/clientlib"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 )
 
@@ -125,6 +128,12 @@ func (a *Agent) run(ctx context.Context, b *troupev1.Binding, t *task) {
 	}
 	r := newRestarter(b.GetTask(), a.cfg)
 	run := &troupev1.Run{Phase: troupev1.RunPhase_RUN_PHASE_RUNNING, Started: timestamppb.New(a.cfg.Now())}
+	if !a.jobRunning(ctx, ref) {
+		run.Phase, run.Reason, run.Finished = troupev1.RunPhase_RUN_PHASE_KILLED, "not started: its job was stopped or deleted",
+			timestamppb.New(a.cfg.Now())
+		report(run)
+		return
+	}
 	for {
 		began := a.cfg.Now()
 		exit := a.once(ctx, b, t, func() { report(run) })
@@ -156,6 +165,23 @@ func (a *Agent) run(ctx context.Context, b *troupev1.Binding, t *task) {
 			return
 		}
 	}
+}
+
+// jobRunning reads, before a task starts, whether its job (of binding
+// ref "<namespace>/<job>/<index>") still runs: a binding the agent learns
+// of after its job's stop or deletion starts nothing. When the store
+// cannot say, the task starts: its binding's deletion stops it.
+func (a *Agent) jobRunning(ctx context.Context, ref string) bool {
+	parts := strings.SplitN(ref, "/", 3)
+	if len(parts) != 3 {
+		return true
+	}
+	ok, err := clientlib.JobRunning(ctx, a.s, parts[0], parts[1])
+	if err != nil {
+		a.cfg.Logger.Warn("agent: starting a task without knowing whether its job still runs", zap.String("task", ref), zap.Error(err))
+		return true
+	}
+	return ok
 }
 
 // once starts the task's process as its user (see runAs), calls running

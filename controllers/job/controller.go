@@ -171,40 +171,21 @@ func (ctl *Controller) runOf(t *troupev1.Task) *troupev1.Run {
 	return run
 }
 
-// commit writes ch in order, each change once the one before it is
-// committed, and records each change's events once it is; the first
-// failure (a conflict: the caches were behind) ends the sync.
+// commit writes ch, and records each change's events once it is
+// committed; the first failure (a conflict: the caches were behind) ends
+// the sync. Changes to many tasks go in batches, one group per task and
+// as many groups per request as createBatch allows, as creation does: a
+// 100,000-task job is deleted, stopped or created in a few hundred
+// requests. The job's status goes first, so that a large job shows its
+// counts while its tasks are still being written.
 func (ctl *Controller) commit(ctx context.Context, jobKey string, job *troupev1.Job, ch Changes) error {
-	for _, t := range ch.Delete {
+	if err := writeBatches(ctx, ctl.s, ch.Delete, func(t *troupev1.Task) *troupev1.Task { return t }, func(g *clientlib.Group, t *troupev1.Task) {
 		// Only if the store agrees that the job is gone.
-		tx := clientlib.NewTxn(ctl.s)
-		g := tx.Group().Require(jobKey, 0)
+		g.Require(jobKey, 0)
 		clientlib.Unbind(g, t)
 		clientlib.DeleteObject(g, clientlib.Tasks, t)
-		if err := write(ctx, tx); err != nil {
-			return err
-		}
-	}
-	updated, created := 0, 0
-	defer func() { ctl.record(ch.Summary(updated, created)...) }()
-	for _, u := range ch.Update {
-		if _, err := ctl.update(ctx, u); err != nil {
-			return err
-		}
-		ctl.record(u.Events...)
-		updated++
-	}
-	for _, batch := range ch.Create {
-		// Any task that exists fails the sync (the cache had not shown
-		// it yet), and the job is synced again.
-		tx := clientlib.NewTxn(ctl.s)
-		for _, t := range batch {
-			clientlib.PutObject(tx.Group(), clientlib.Tasks, t)
-		}
-		if err := write(ctx, tx); err != nil {
-			return err
-		}
-		created += len(batch)
+	}, nil); err != nil {
+		return err
 	}
 	if ch.Status != nil {
 		u := proto.Clone(job).(*troupev1.Job)
@@ -213,6 +194,68 @@ func (ctl *Controller) commit(ctx context.Context, jobKey string, job *troupev1.
 			return err
 		}
 		ctl.record(ch.StatusEvents...)
+	}
+	updated, created := 0, 0
+	defer func() { ctl.record(ch.Summary(updated, created)...) }()
+	if err := writeBatches(ctx, ctl.s, ch.Update, func(u TaskUpdate) *troupev1.Task { return u.To }, func(g *clientlib.Group, u TaskUpdate) {
+		if u.Unbinds() {
+			clientlib.Unbind(g, u.From)
+		}
+		clientlib.PutObject(g, clientlib.Tasks, u.To)
+	}, func(u TaskUpdate) {
+		ctl.record(u.Events...)
+		updated++
+	}); err != nil {
+		return err
+	}
+	ns, name := job.GetMetadata().GetNamespace(), job.GetMetadata().GetName()
+	for _, batch := range ch.Create {
+		// Any task that exists fails the sync (the cache had not shown
+		// it yet), and the job is synced again; so does a stop or
+		// deletion of the job committed meanwhile, and no task of it is
+		// created after that.
+		tx := clientlib.NewTxn(ctl.s)
+		for _, t := range batch {
+			clientlib.PutObject(clientlib.RequireJobRunning(tx.Group(), ns, name), clientlib.Tasks, t)
+		}
+		if err := write(ctx, tx); err != nil {
+			return err
+		}
+		created += len(batch)
+	}
+	return nil
+}
+
+// writeBatches writes items to s in requests of createBatch's size (by
+// the tasks task returns), one group per item built by build; committed,
+// if set, is called with each item whose group committed. A failed group
+// ends the writing with its conflict, once the others of its request are
+// accounted for.
+func writeBatches[T any](ctx context.Context, s clientlib.Store, items []T, task func(T) *troupev1.Task,
+	build func(*clientlib.Group, T), committed func(T)) error {
+	tasks := make([]*troupev1.Task, len(items))
+	for i, it := range items {
+		tasks[i] = task(it)
+	}
+	for len(items) > 0 {
+		n := createBatch(tasks)
+		tx := clientlib.NewTxn(s)
+		for _, it := range items[:n] {
+			build(tx.Group(), it)
+		}
+		out, err := tx.Commit(ctx)
+		if err != nil {
+			return err
+		}
+		for i, g := range out.Groups {
+			if g.Committed && committed != nil {
+				committed(items[i])
+			}
+		}
+		if err := out.Err(); err != nil {
+			return err
+		}
+		items, tasks = items[n:], tasks[n:]
 	}
 	return nil
 }
