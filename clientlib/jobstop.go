@@ -1,8 +1,6 @@
 package clientlib
 
 import (
-	"context"
-	"fmt"
 	"strings"
 
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
@@ -28,16 +26,6 @@ func JobStopKey(namespace, job string) string { return JobStopsPrefix + namespac
 // the store checks without writing (it needs only read permission).
 func RequireJobRunning(g *Group, namespace, job string) *Group {
 	return g.Add(JobStopKey(namespace, job), 0, 0, 0)
-}
-
-// JobRunning reads whether work of job may still start: its stop key is
-// absent or "0".
-func JobRunning(ctx context.Context, s Store, namespace, job string) (bool, error) {
-	kv, err := s.Get(ctx, JobStopKey(namespace, job))
-	if err != nil {
-		return false, fmt.Errorf("read the stop key of job %s/%s: %w", namespace, job, err)
-	}
-	return kv == nil || string(kv.GetValue()) == "0", nil
 }
 
 // JobStopped reports whether conflict c is a RequireJobRunning that

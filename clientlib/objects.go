@@ -62,12 +62,30 @@ func List[T Object](ctx context.Context, s Store, k Kind[T], within string) ([]T
 // metadata.uid and metadata.created, and returns the stored object with
 // its version; obj itself is not changed.
 func Create[T Object](ctx context.Context, s Store, k Kind[T], obj T) (T, error) {
-	obj = proto.Clone(obj).(T)
-	m := obj.GetMetadata()
-	if m == nil {
+	if obj.GetMetadata() == nil {
 		var zero T
 		return zero, fmt.Errorf("create %s: metadata is required", k.Name)
 	}
+	return write(ctx, s, k, newObject(obj), "create")
+}
+
+// CreateObject writes obj into g as Create stores it (a copy with
+// metadata.uid and metadata.created filled in, on condition that its key
+// does not exist yet), for a caller that commits it with other writes or
+// conditions. A nil metadata fails the transaction's Commit.
+func CreateObject[T Object](g *Group, k Kind[T], obj T) *Group {
+	if obj.GetMetadata() == nil {
+		g.t.fail(fmt.Errorf("create %s: metadata is required", k.Name))
+		return g
+	}
+	return PutObject(g, k, newObject(obj))
+}
+
+// newObject returns a copy of obj (with metadata) as a new object: no
+// version, and a uid and creation time unless it has them.
+func newObject[T Object](obj T) T {
+	obj = proto.Clone(obj).(T)
+	m := obj.GetMetadata()
 	m.Version = 0
 	if m.Uid == "" {
 		m.Uid = newUID()
@@ -75,7 +93,7 @@ func Create[T Object](ctx context.Context, s Store, k Kind[T], obj T) (T, error)
 	if m.Created == nil {
 		m.Created = timestamppb.Now()
 	}
-	return write(ctx, s, k, obj, "create")
+	return obj
 }
 
 // Update stores obj over the version it was read at, failing with a

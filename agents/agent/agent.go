@@ -33,6 +33,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -189,7 +190,7 @@ func (a *Agent) register(ctx context.Context) error {
 	if err := write(ctx, a, clientlib.Machines, want, func(cur, want *troupev1.Machine) {
 		want.Spec.Unschedulable = cur.GetSpec().GetUnschedulable()
 		want.Status = cur.GetStatus()
-	}); err != nil {
+	}, nil); err != nil {
 		return fmt.Errorf("agent %s: register: %w", a.cfg.Machine, err)
 	}
 	return a.renew(ctx)
@@ -198,7 +199,7 @@ func (a *Agent) register(ctx context.Context) error {
 // renew writes the lease with the current time.
 func (a *Agent) renew(ctx context.Context) error {
 	return write(ctx, a, clientlib.Leases, &troupev1.Lease{Metadata: &troupev1.ObjectMeta{Name: a.cfg.Machine}, Holder: "agent/" + a.cfg.Machine,
-		Renewed: timestamppb.New(a.cfg.Now()), Duration: durationpb.New(a.cfg.LeaseDuration)}, nil)
+		Renewed: timestamppb.New(a.cfg.Now()), Duration: durationpb.New(a.cfg.LeaseDuration)}, nil, nil)
 }
 
 // write stores obj, of kind k, at its key under the agent's machine,
@@ -206,18 +207,24 @@ func (a *Agent) renew(ctx context.Context) error {
 // there (unless obj, with the stored metadata and what keep, if set,
 // copies from it, is the same). A value there that is not a valid object,
 // written by another client, is logged and recorded, and written over.
-func write[T clientlib.Object](ctx context.Context, a *Agent, k clientlib.Kind[T], obj T, keep func(cur, obj T)) error {
+// also, if set, adds conditions to the write's group.
+func write[T clientlib.Object](ctx context.Context, a *Agent, k clientlib.Kind[T], obj T, keep func(cur, obj T), also func(*clientlib.Group)) error {
 	key, err := k.Key(obj)
 	if err != nil {
 		return err
 	}
 	obj = proto.Clone(obj).(T)
+	tx := clientlib.NewTxn(a.s)
+	g := tx.Group()
+	if also != nil {
+		also(g)
+	}
 	cur, err := clientlib.Get(ctx, a.s, k, key)
 	var unreadable *clientlib.UnreadableError
 	switch {
 	case errors.Is(err, clientlib.ErrNotFound):
-		_, err = clientlib.Create(ctx, a.s, k, obj)
-		return err
+		clientlib.CreateObject(g, k, obj)
+		return commit(ctx, tx)
 	case errors.As(err, &unreadable):
 		a.cfg.Logger.Error("agent: unreadable value written over", zap.String("key", key), zap.Uint64("version", unreadable.Version),
 			zap.Error(unreadable.Err))
@@ -231,11 +238,20 @@ func write[T clientlib.Object](ctx context.Context, a *Agent, k clientlib.Kind[T
 		if keep != nil {
 			keep(cur, obj)
 		}
-		if proto.Equal(cur, obj) {
+		if proto.Equal(cur, obj) && also == nil {
 			return nil
 		}
 	}
-	_, err = clientlib.Update(ctx, a.s, k, obj)
+	clientlib.PutObject(g, k, obj)
+	return commit(ctx, tx)
+}
+
+// commit commits tx and turns failed groups into errors.
+func commit(ctx context.Context, tx *clientlib.Txn) error {
+	out, err := tx.Commit(ctx)
+	if err == nil {
+		err = out.Err()
+	}
 	return err
 }
 
@@ -243,14 +259,23 @@ func write[T clientlib.Object](ctx context.Context, a *Agent, k clientlib.Kind[T
 // writer, so a conflict only means a concurrent report of the same task:
 // read and write again).
 func (a *Agent) report(ctx context.Context, b *troupev1.Binding, run *troupev1.Run) {
+	a.reportIf(ctx, b, run, nil) // a lost report is logged; the lease covers it
+}
+
+// reportIf is report with the write's group conditioned by also: it
+// returns the error of the last try.
+func (a *Agent) reportIf(ctx context.Context, b *troupev1.Binding, run *troupev1.Run, also func(*clientlib.Group)) error {
 	run = proto.Clone(run).(*troupev1.Run)
 	run.Metadata = &troupev1.ObjectMeta{Name: b.GetMetadata().GetName()}
 	run.Machine, run.Attempt = a.cfg.Machine, b.GetTask().GetAttempt()
+	var err error
 	for range 5 {
-		err := write(ctx, a, clientlib.Runs, run, nil)
-		if err == nil || ctx.Err() != nil {
-			return
+		err = write(ctx, a, clientlib.Runs, run, nil, also)
+		var conflict *clientlib.ConflictError
+		if err == nil || ctx.Err() != nil || errors.As(err, &conflict) && slices.ContainsFunc(conflict.Conflicts, clientlib.JobStopped) {
+			return err
 		}
 		a.cfg.Logger.Info("report run", zap.String("task", b.GetMetadata().GetName()), zap.Error(err))
 	}
+	return err
 }

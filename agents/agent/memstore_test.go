@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/troupe-cluster/troupe/cellstore/memstore"
 	"github.com/troupe-cluster/troupe/clientlib"
 	"github.com/troupe-cluster/troupe/clientlib/cache"
+	"github.com/troupe-cluster/troupe/clientlib/clienttest"
 	"github.com/troupe-cluster/troupe/controllers/job"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
@@ -254,4 +256,231 @@ func TestBatchJobOverMemstore(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// Deleting a job while its tasks are being placed and started stops its
+// work at once: from the deletion's commit on, no task of it is created,
+// bound or started (no new Binding, no first RUNNING report, which an
+// agent commits before it starts a process, on condition that the job
+// still runs); its running tasks are killed and its tasks deleted, and the
+// machines' capacity comes back.
+func TestDeleteStopsAJobBeingPlaced(t *testing.T) {
+	cleanup := deleteWhilePlacing(t, inMemory(t), 20_000, 20)
+	t.Logf("cleanup of 20,000 tasks took %v", cleanup)
+}
+
+// BenchmarkDeleteLargeJob measures how long the cleanup of a 100,000-task
+// job takes, from the deletion's commit until its tasks are deleted and
+// its machines' counters are back to zero: over the in-memory store, and
+// over a one-node store served over TLS in this process (its fsync is
+// this machine's).
+//
+//	go test -run '^$' -bench DeleteLargeJob -benchtime 3x ./agents/agent
+func BenchmarkDeleteLargeJob(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		open func(testing.TB) followed
+	}{{"memory", inMemory}, {"store", inAStore}} {
+		b.Run(c.name, func(b *testing.B) {
+			var total time.Duration
+			for range b.N {
+				total += deleteWhilePlacing(b, c.open(b), 100_000, 50)
+			}
+			b.ReportMetric(total.Seconds()/float64(b.N), "cleanup-s")
+		})
+	}
+}
+
+// followed is a store and how to follow its commits in order.
+type followed struct {
+	clientlib.Store
+	follow func(ctx context.Context, observe func(*storev1.ChangeSet))
+}
+
+func inMemory(testing.TB) followed {
+	s := memstore.New(time.Now, time.Minute)
+	return followed{s, func(_ context.Context, observe func(*storev1.ChangeSet)) { s.Observe(observe) }}
+}
+
+// inAStore is a one-node store in this process, followed by a watch of
+// every key.
+func inAStore(tb testing.TB) followed {
+	c := clienttest.Start(tb.Context(), tb).Client()
+	return followed{c, func(ctx context.Context, observe func(*storev1.ChangeSet)) {
+		w := c.Watch(ctx, "", nil)
+		go func() {
+			for {
+				resp, err := w.Next()
+				if err != nil {
+					return
+				}
+				observe(&storev1.ChangeSet{Events: resp.GetEvents()})
+			}
+		}()
+	}}
+}
+
+// deleteWhilePlacing runs a job of count tiny tasks on machines sim
+// agents with the scheduler and the job controller over memstore,
+// deletes it once a tenth of its tasks are bound, checks that nothing of
+// it is created, bound or started after the deletion, and returns how
+// long the cleanup took.
+func deleteWhilePlacing(tb testing.TB, fs followed, count, machines int) time.Duration {
+	ctx, cancel := context.WithTimeout(tb.Context(), 5*time.Minute)
+	defer cancel()
+	s := fs.Store
+	w := &jobWatch{tasks: map[string]bool{}, started: map[string]bool{}, alloc: map[string]int64{}, next: make(chan struct{})}
+	fs.follow(ctx, w.observe)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	for i := range machines {
+		a, err := agent.New(s, agent.Config{Machine: fmt.Sprintf("a%d", i), Capacity: map[string]int64{"cpu": 1 << 40, "memory": 1 << 50},
+			Runtime: &runtime.Sim{DefaultDuration: time.Hour}, LeaseDuration: 2 * time.Hour, RenewInterval: time.Hour, StopGrace: time.Second,
+			Now: time.Now, Logger: zap.NewNop()})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		wg.Go(func() { a.Run(ctx) })
+	}
+	prof, modes, err := profiles.New(profiles.Batch, rand.New(rand.NewPCG(3, 3)))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	sched, err := scheduler.New(s, scheduler.Config{Name: "batch-0", Kind: profiles.Batch, Profile: prof, Modes: modes,
+		Policy: scheduler.DefaultPolicy(50 * time.Millisecond), Logger: zap.NewNop()})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	wg.Go(func() { sched.Run(ctx) })
+	ctl, err := job.New(s, job.Config{Now: time.Now, Logger: zap.NewNop(), Queue: cache.QueueConfig{BaseDelay: 5 * time.Millisecond, MaxDelay: 100 * time.Millisecond}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	wg.Go(func() { ctl.Run(ctx) })
+
+	big, err := clientlib.Create(ctx, s, clientlib.Jobs, &troupev1.Job{Metadata: &troupev1.ObjectMeta{Name: "big", Namespace: "ns"},
+		Spec: &troupev1.JobSpec{Count: int32(count), Template: &troupev1.TaskTemplate{Command: "x", Requests: map[string]int64{"cpu": 1, "memory": 1}}}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	w.until(ctx, tb, "a tenth of the tasks bound", func() error {
+		if w.bindings < count/10 {
+			return fmt.Errorf("%d bound", w.bindings)
+		}
+		return nil
+	})
+	big.Metadata.Version = 0 // whatever its status says now
+	if err := clientlib.Delete(ctx, s, clientlib.Jobs, big); err != nil {
+		tb.Fatal(err)
+	}
+	deleted := time.Now()
+	w.until(ctx, tb, "the job's tasks deleted and its machines free", func() error {
+		allocated := int64(0)
+		for _, v := range w.alloc {
+			allocated += v
+		}
+		if len(w.tasks) > 0 || w.bindings > 0 || allocated > 0 {
+			return fmt.Errorf("%d tasks, %d bindings, %dm cpu allocated", len(w.tasks), w.bindings, allocated)
+		}
+		return nil
+	})
+	cleanup := time.Since(deleted)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.violations) > 0 {
+		tb.Fatalf("after the deletion: %d violations, first %v", len(w.violations), w.violations[:min(5, len(w.violations))])
+	}
+	if w.killed == 0 {
+		tb.Error("no running task was killed: the job was deleted before any started")
+	}
+	return cleanup
+}
+
+// jobWatch follows a memstore's commits of job ns/big: its live tasks
+// and bindings, the CPU allocated, and from its deletion on, every
+// creation, binding or first start of one of its tasks (violations).
+type jobWatch struct {
+	mu                  sync.Mutex
+	next                chan struct{} // closed by the next commit
+	deleted             bool
+	tasks      map[string]bool  // live task keys
+	started    map[string]bool  // runs reported RUNNING
+	alloc      map[string]int64 // cpu counters
+	bindings   int
+	killed     int
+	violations []string
+}
+
+// until returns once cond, called with w locked, holds, looking at it
+// now and after each commit; it fails the test if ctx ends first.
+func (w *jobWatch) until(ctx context.Context, tb testing.TB, what string, cond func() error) {
+	tb.Helper()
+	for {
+		w.mu.Lock()
+		next, err := w.next, cond()
+		w.mu.Unlock()
+		if err == nil {
+			return
+		}
+		select {
+		case <-next:
+		case <-ctx.Done():
+			tb.Fatalf("waiting for %s: %v (%v)", what, err, ctx.Err())
+		}
+	}
+}
+
+func (w *jobWatch) observe(cs *storev1.ChangeSet) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	defer func() {
+		close(w.next)
+		w.next = make(chan struct{})
+	}()
+	for _, ev := range cs.GetEvents() {
+		kv, put := ev.GetKv(), ev.GetType() == storev1.EventType_EVENT_TYPE_PUT
+		switch k := kv.GetKey(); {
+		case k == "/jobs/ns/big" && !put:
+			w.deleted = true
+		case strings.HasPrefix(k, "/tasks/ns/big/"):
+			if put && !w.tasks[k] && w.deleted {
+				w.violations = append(w.violations, "created "+k)
+			}
+			if put {
+				w.tasks[k] = true
+			} else {
+				delete(w.tasks, k)
+			}
+		case strings.HasPrefix(k, clientlib.Bindings.Prefix):
+			if put {
+				w.bindings++
+				if w.deleted {
+					w.violations = append(w.violations, "bound "+k)
+				}
+			} else {
+				w.bindings--
+			}
+		case strings.HasPrefix(k, clientlib.AllocPrefix) && strings.HasSuffix(k, "/cpu"):
+			if c, err := clientlib.DecodeCounter(k, kv.GetValue(), kv.GetVersion()); err == nil {
+				w.alloc[k] = c.GetValue()
+			}
+		case strings.HasPrefix(k, clientlib.Runs.Prefix) && put:
+			run, err := clientlib.Decode(clientlib.Runs, kv.GetValue(), kv.GetVersion())
+			if err != nil {
+				continue
+			}
+			switch run.GetPhase() {
+			case troupev1.RunPhase_RUN_PHASE_RUNNING:
+				if !w.started[k] && w.deleted {
+					w.violations = append(w.violations, "started "+k)
+				}
+				w.started[k] = true
+			case troupev1.RunPhase_RUN_PHASE_KILLED:
+				w.killed++
+			}
+		}
+	}
 }

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
-	"go.uber.org/zap"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/troupe-cluster/troupe/agents/runtime"
@@ -128,11 +128,20 @@ func (a *Agent) run(ctx context.Context, b *troupev1.Binding, t *task) {
 	}
 	r := newRestarter(b.GetTask(), a.cfg)
 	run := &troupev1.Run{Phase: troupev1.RunPhase_RUN_PHASE_RUNNING, Started: timestamppb.New(a.cfg.Now())}
-	if !a.jobRunning(ctx, ref) {
-		run.Phase, run.Reason, run.Finished = troupev1.RunPhase_RUN_PHASE_KILLED, "not started: its job was stopped or deleted",
-			timestamppb.New(a.cfg.Now())
-		report(run)
-		return
+	// The first report goes before the process starts, on condition
+	// that the job still runs: a task whose job's stop or deletion
+	// committed first never starts, and one that starts is ordered
+	// before it (and killed when its binding goes).
+	if ns, job, ok := strings.Cut(ref, "/"); ok && a.current(ref, t) {
+		job, _, _ = strings.Cut(job, "/")
+		err := a.reportIf(ctx, b, run, func(g *clientlib.Group) { clientlib.RequireJobRunning(g, ns, job) })
+		var conflict *clientlib.ConflictError
+		if errors.As(err, &conflict) && slices.ContainsFunc(conflict.Conflicts, clientlib.JobStopped) {
+			run.Phase, run.Reason, run.Finished = troupev1.RunPhase_RUN_PHASE_KILLED, "not started: its job was stopped or deleted",
+				timestamppb.New(a.cfg.Now())
+			report(run)
+			return
+		}
 	}
 	for {
 		began := a.cfg.Now()
@@ -165,23 +174,6 @@ func (a *Agent) run(ctx context.Context, b *troupev1.Binding, t *task) {
 			return
 		}
 	}
-}
-
-// jobRunning reads, before a task starts, whether its job (of binding
-// ref "<namespace>/<job>/<index>") still runs: a binding the agent learns
-// of after its job's stop or deletion starts nothing. When the store
-// cannot say, the task starts: its binding's deletion stops it.
-func (a *Agent) jobRunning(ctx context.Context, ref string) bool {
-	parts := strings.SplitN(ref, "/", 3)
-	if len(parts) != 3 {
-		return true
-	}
-	ok, err := clientlib.JobRunning(ctx, a.s, parts[0], parts[1])
-	if err != nil {
-		a.cfg.Logger.Warn("agent: starting a task without knowing whether its job still runs", zap.String("task", ref), zap.Error(err))
-		return true
-	}
-	return ok
 }
 
 // once starts the task's process as its user (see runAs), calls running
