@@ -403,9 +403,9 @@ func deleteWhilePlacing(tb testing.TB, fs followed, count, machines int) time.Du
 // and bindings, the CPU allocated, and from its deletion on, every
 // creation, binding or first start of one of its tasks (violations).
 type jobWatch struct {
-	mu                  sync.Mutex
-	next                chan struct{} // closed by the next commit
-	deleted             bool
+	mu         sync.Mutex
+	next       chan struct{} // closed by the next commit
+	deleted    bool
 	tasks      map[string]bool  // live task keys
 	started    map[string]bool  // runs reported RUNNING
 	alloc      map[string]int64 // cpu counters
