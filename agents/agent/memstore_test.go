@@ -15,6 +15,7 @@ import (
 	"github.com/troupe-cluster/troupe/agents/agent"
 	"github.com/troupe-cluster/troupe/agents/runtime"
 	"github.com/troupe-cluster/troupe/cellstore/memstore"
+	"github.com/troupe-cluster/troupe/cellstore/memstore/memstoretest"
 	"github.com/troupe-cluster/troupe/clientlib"
 	"github.com/troupe-cluster/troupe/clientlib/cache"
 	"github.com/troupe-cluster/troupe/clientlib/clienttest"
@@ -24,45 +25,6 @@ import (
 	"github.com/troupe-cluster/troupe/schedulers/profiles"
 	"github.com/troupe-cluster/troupe/schedulers/scheduler"
 )
-
-// commits wakes a test at every commit to a memstore, so that it waits
-// for a condition on the store's contents without sleeping or polling:
-// the contents change only by commits.
-type commits struct {
-	mu   sync.Mutex
-	next chan struct{} // closed by the next commit
-}
-
-func watchCommits(s *memstore.Store) *commits {
-	c := &commits{next: make(chan struct{})}
-	s.Observe(func(*storev1.ChangeSet) {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		close(c.next)
-		c.next = make(chan struct{})
-	})
-	return c
-}
-
-// until returns once cond holds, looking at it now and after each
-// commit; it fails the test with what cond saw last if ctx ends first.
-func (c *commits) until(ctx context.Context, t *testing.T, what string, cond func() error) {
-	t.Helper()
-	for {
-		c.mu.Lock()
-		next := c.next
-		c.mu.Unlock()
-		err := cond()
-		if err == nil {
-			return
-		}
-		select {
-		case <-next:
-		case <-ctx.Done():
-			t.Fatalf("waiting for %s: %v (%v)", what, err, ctx.Err())
-		}
-	}
-}
 
 // nextTimer waits for the code under test to start a timer of ts.
 func nextTimer(ctx context.Context, t *testing.T, ts timers) timer {
@@ -86,7 +48,7 @@ func TestAgentOverMemstore(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	s := memstore.New(time.Now, time.Minute)
-	commits := watchCommits(s)
+	commits := memstoretest.WatchCommits(s)
 	runs := make(timers, 16)
 	a, err := agent.New(s, agent.Config{Machine: "m", Capacity: map[string]int64{"cpu": 1000, "memory": 1 << 30}, Labels: map[string]string{"zone": "a"},
 		Runtime: &runtime.Sim{After: runs.After}, LeaseDuration: 2 * time.Hour, RenewInterval: time.Hour, StopGrace: time.Second,
@@ -101,7 +63,7 @@ func TestAgentOverMemstore(t *testing.T) {
 		<-done
 	}()
 
-	commits.until(ctx, t, "machine m registered with its lease", func() error {
+	commits.Until(ctx, t, "machine m registered with its lease", func() error {
 		m, err := clientlib.Get(ctx, s, clientlib.Machines, "/machines/m")
 		if err != nil {
 			return err
@@ -132,7 +94,7 @@ func TestAgentOverMemstore(t *testing.T) {
 	run := func(job string, want func(r *troupev1.Run) bool) *troupev1.Run {
 		t.Helper()
 		var r *troupev1.Run
-		commits.until(ctx, t, "run of "+job, func() error {
+		commits.Until(ctx, t, "run of "+job, func() error {
 			var err error
 			if r, err = clientlib.Get(ctx, s, clientlib.Runs, "/runs/m/ns/"+job+"/0"); err != nil {
 				return err
@@ -196,7 +158,7 @@ func TestBatchJobOverMemstore(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	s := memstore.New(time.Now, time.Minute)
-	commits := watchCommits(s)
+	commits := memstoretest.WatchCommits(s)
 	var wg sync.WaitGroup
 	defer func() {
 		cancel()
@@ -231,7 +193,7 @@ func TestBatchJobOverMemstore(t *testing.T) {
 		Spec: &troupev1.JobSpec{Count: 6, Template: &troupev1.TaskTemplate{Command: "x", Requests: map[string]int64{"cpu": 500}}}}); err != nil {
 		t.Fatal(err)
 	}
-	commits.until(ctx, t, "the job succeeded", func() error {
+	commits.Until(ctx, t, "the job succeeded", func() error {
 		j, err := clientlib.Get(ctx, s, clientlib.Jobs, "/jobs/ns/sim")
 		if st := j.GetStatus(); err != nil || st.GetPhase() != troupev1.JobPhase_JOB_PHASE_SUCCEEDED || st.GetSucceeded() != 6 {
 			return fmt.Errorf("job %v (%v)", st, err)
@@ -248,7 +210,7 @@ func TestBatchJobOverMemstore(t *testing.T) {
 			t.Fatalf("task %v", tk)
 		}
 	}
-	commits.until(ctx, t, "machines free", func() error {
+	commits.Until(ctx, t, "machines free", func() error {
 		for _, m := range []string{"a0", "a1"} {
 			if kv, err := s.Get(ctx, clientlib.AllocKey(m, "cpu")); err != nil || kv != nil && string(kv.GetValue()) != "0" {
 				return fmt.Errorf("%s: %v %v", m, kv, err)

@@ -14,10 +14,10 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/troupe-cluster/troupe/cellstore/memstore"
+	"github.com/troupe-cluster/troupe/cellstore/memstore/memstoretest"
 	"github.com/troupe-cluster/troupe/clientlib"
 	"github.com/troupe-cluster/troupe/clientlib/cache"
 	"github.com/troupe-cluster/troupe/clientlib/cache/cachetest"
-	"github.com/troupe-cluster/troupe/controllers/internal/memtest"
 	"github.com/troupe-cluster/troupe/controllers/job"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 	"github.com/troupe-cluster/troupe/schedulers/framework"
@@ -30,7 +30,7 @@ type memCell struct {
 	t       *testing.T
 	ctx     context.Context
 	s       *memstore.Store
-	commits *memtest.Commits
+	commits *memstoretest.Commits
 	ctl     *job.Controller
 	machine *troupev1.Machine
 	now     func() time.Time
@@ -39,7 +39,7 @@ type memCell struct {
 func newMemCell(ctx context.Context, t *testing.T, now func() time.Time, queue cache.QueueConfig) *memCell {
 	t.Helper()
 	s := memstore.New(now, time.Minute)
-	c := &memCell{t: t, ctx: ctx, s: s, commits: memtest.WatchCommits(s), now: now}
+	c := &memCell{t: t, ctx: ctx, s: s, commits: memstoretest.WatchCommits(s), now: now}
 	var err error
 	c.machine, err = clientlib.Create(ctx, s, clientlib.Machines, &troupev1.Machine{Metadata: &troupev1.ObjectMeta{Name: "m1"},
 		Spec: &troupev1.MachineSpec{Capacity: map[string]int64{"cpu": 4000, "memory": 1 << 30}}})

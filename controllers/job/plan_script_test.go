@@ -57,12 +57,10 @@ package job_test
 import (
 	"fmt"
 	"maps"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/cockroachdb/datadriven"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -74,26 +72,10 @@ import (
 )
 
 func TestPlanScripts(t *testing.T) {
-	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
-		if filepath.Ext(path) != ".txt" {
-			t.Skipf("%s is not a script", path)
-		}
-		s := &jobScript{clock: scripttest.NewClock(), tasks: map[int32]*troupev1.Task{}, runs: map[string]*troupev1.Run{},
+	scripttest.Run(t, func() *jobScript {
+		return &jobScript{clock: scripttest.NewClock(), tasks: map[int32]*troupev1.Task{}, runs: map[string]*troupev1.Run{},
 			unreadable: map[int32]bool{}}
-		datadriven.RunTest(t, path, func(t *testing.T, td *datadriven.TestData) string {
-			a := scripttest.NewArgs(t, td)
-			h, ok := jobCommands[td.Cmd]
-			if !ok {
-				a.Fatalf("unknown command %q", td.Cmd)
-			}
-			out := h(s, a)
-			a.Done()
-			if out == "" {
-				out = "ok"
-			}
-			return out
-		})
-	})
+	}, jobCommands)
 }
 
 // jobScript is the state of one script: what the controller's caches

@@ -12,9 +12,9 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/troupe-cluster/troupe/cellstore/memstore"
+	"github.com/troupe-cluster/troupe/cellstore/memstore/memstoretest"
 	"github.com/troupe-cluster/troupe/clientlib"
 	"github.com/troupe-cluster/troupe/clientlib/cache/cachetest"
-	"github.com/troupe-cluster/troupe/controllers/internal/memtest"
 	"github.com/troupe-cluster/troupe/controllers/node"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 	"github.com/troupe-cluster/troupe/schedulers/framework"
@@ -32,7 +32,7 @@ func TestCheckOverMemstore(t *testing.T) {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	clock := cachetest.NewClock(start)
 	s := memstore.New(clock.Now, time.Minute)
-	commits := memtest.WatchCommits(s)
+	commits := memstoretest.WatchCommits(s)
 	machine, err := clientlib.Create(ctx, s, clientlib.Machines, &troupev1.Machine{Metadata: &troupev1.ObjectMeta{Name: "m1"},
 		Spec: &troupev1.MachineSpec{Capacity: map[string]int64{"cpu": 4000, "memory": 1 << 30}}})
 	if err != nil {

@@ -36,13 +36,11 @@ package node_test
 import (
 	"fmt"
 	"maps"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/datadriven"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -54,26 +52,10 @@ import (
 )
 
 func TestPlanScripts(t *testing.T) {
-	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
-		if filepath.Ext(path) != ".txt" {
-			t.Skipf("%s is not a script", path)
-		}
-		s := &nodeScript{clock: scripttest.NewClock(), machines: map[string]*troupev1.Machine{}, leases: map[string]*troupev1.Lease{},
+	scripttest.Run(t, func() *nodeScript {
+		return &nodeScript{clock: scripttest.NewClock(), machines: map[string]*troupev1.Machine{}, leases: map[string]*troupev1.Lease{},
 			tasks: map[string]*troupev1.Task{}}
-		datadriven.RunTest(t, path, func(t *testing.T, td *datadriven.TestData) string {
-			a := scripttest.NewArgs(t, td)
-			h, ok := nodeCommands[td.Cmd]
-			if !ok {
-				a.Fatalf("unknown command %q", td.Cmd)
-			}
-			out := h(s, a)
-			a.Done()
-			if out == "" {
-				out = "ok"
-			}
-			return out
-		})
-	})
+	}, nodeCommands)
 }
 
 // nodeScript is the state of one script: what the controller's caches

@@ -1,6 +1,6 @@
 // Package scripttest is what the controllers' data-driven script tests
 // share (github.com/cockroachdb/datadriven, testdata/*.txt): reading a
-// directive's arguments, and a script's clock.
+// directive's arguments, a script's clock, and running the scripts.
 //
 // A directive's arguments are key=value or flags; values hold no spaces.
 // A handler takes each argument it knows through Args, and Done fails the
@@ -10,6 +10,7 @@ package scripttest
 
 import (
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +20,32 @@ import (
 	"github.com/cockroachdb/datadriven"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
+
+// Run runs every script in testdata/*.txt, each on a fresh state from
+// newState, handing each directive to the command of its name; an
+// unknown command, or an argument the command did not take, fails the
+// directive, and an empty output reads "ok".
+func Run[S any](t *testing.T, newState func() S, commands map[string]func(S, *Args) string) {
+	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+		if filepath.Ext(path) != ".txt" {
+			t.Skipf("%s is not a script", path)
+		}
+		s := newState()
+		datadriven.RunTest(t, path, func(t *testing.T, td *datadriven.TestData) string {
+			a := NewArgs(t, td)
+			h, ok := commands[td.Cmd]
+			if !ok {
+				a.Fatalf("unknown command %q", td.Cmd)
+			}
+			out := h(s, a)
+			a.Done()
+			if out == "" {
+				out = "ok"
+			}
+			return out
+		})
+	})
+}
 
 // Epoch is time zero of every script: times print as offsets from it.
 var Epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)

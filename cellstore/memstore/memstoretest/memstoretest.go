@@ -1,6 +1,7 @@
-// Package memtest helps the controllers' tests that run a controller
-// over the in-memory store (cellstore/memstore) wait without sleeping.
-package memtest
+// Package memstoretest helps tests that run controllers, schedulers or
+// agents over the in-memory store (cellstore/memstore) wait without
+// sleeping.
+package memstoretest
 
 import (
 	"context"
