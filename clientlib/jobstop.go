@@ -43,8 +43,8 @@ func putJobStop(g *Group, j *troupev1.Job) {
 	g.Put(JobStopKey(j.GetMetadata().GetNamespace(), j.GetMetadata().GetName()), []byte(v))
 }
 
-// deleteJobStop marks a deleted job stopped. The key outlives the job:
-// nothing collects stop keys yet (a known gap in DESIGN.md).
+// deleteJobStop marks a deleted job stopped. The key outlives the job
+// until the garbage collector finds no task of it left.
 func deleteJobStop(g *Group, j *troupev1.Job) {
 	g.Put(JobStopKey(j.GetMetadata().GetNamespace(), j.GetMetadata().GetName()), []byte("1"))
 }

@@ -3,8 +3,9 @@
 // finished — once they have been finished for the retention period, so
 // that `troupe describe` can still show recent outcomes, and the Events
 // (of jobs, tasks and machines) last seen more than the retention period
-// ago. (Bindings need no collection: a task's Binding is deleted in the
-// transaction that unbinds it.)
+// ago, and the stop keys (clientlib.JobStopKey) of jobs that are gone
+// with every task of theirs. (Bindings need no collection: a task's
+// Binding is deleted in the transaction that unbinds it.)
 //
 // Stored values that cannot be read (see clientlib.DecodeAt) are skipped
 // and logged once: an unreadable run or event is not collected, nor a run
@@ -98,7 +99,52 @@ func (gc *Collector) Collect(ctx context.Context) (int, error) {
 		deleted += n
 		errs = append(errs, more...)
 	}
-	return deleted, errors.Join(errs...)
+	n, more := gc.collectStops(ctx)
+	return deleted + n, errors.Join(append(errs, more...)...)
+}
+
+// collectStops deletes the stop keys of deleted jobs once no task of
+// theirs is left. No task of a stopped job can be created, so a fresh
+// read that finds none means none will appear while the key says
+// stopped; the deletion is conditioned on the key being as read and the
+// job absent, so a job created again under the name (which writes its
+// key) keeps it.
+func (gc *Collector) collectStops(ctx context.Context) (int, []error) {
+	kvs, _, err := gc.s.List(ctx, clientlib.JobStopsPrefix)
+	if err != nil {
+		return 0, []error{err}
+	}
+	deleted := 0
+	var errs []error
+	for _, kv := range kvs {
+		ns, job, ok := strings.Cut(strings.TrimPrefix(kv.GetKey(), clientlib.JobStopsPrefix), "/")
+		if !ok || string(kv.GetValue()) != "1" {
+			continue
+		}
+		jobKey := clientlib.Jobs.Prefix + ns + "/" + job
+		j, err := gc.s.Get(ctx, jobKey)
+		if err != nil || j != nil {
+			errs = append(errs, err)
+			continue // stopped, not deleted
+		}
+		tasks, _, err := gc.s.List(ctx, clientlib.Tasks.Prefix+ns+"/"+job+"/")
+		if err != nil || len(tasks) > 0 {
+			errs = append(errs, err)
+			continue // the job controller is still deleting them
+		}
+		tx := clientlib.NewTxn(gc.s)
+		tx.Group().Require(kv.GetKey(), kv.GetVersion()).Require(jobKey, 0).Delete(kv.GetKey())
+		out, err := tx.Commit(ctx)
+		if err == nil {
+			err = out.Err()
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		deleted++
+	}
+	return deleted, errs
 }
 
 // reportUnreadable logs the unreadable events of kind k a pass skipped,

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/troupe-cluster/troupe/cellstore/memstore"
 	"github.com/troupe-cluster/troupe/clientlib"
 	"github.com/troupe-cluster/troupe/clientlib/clienttest"
 	"github.com/troupe-cluster/troupe/controllers/gc"
@@ -116,5 +117,66 @@ func TestCollectsOldEvents(t *testing.T) {
 	machines, _, err := clientlib.List(ctx, c, clientlib.MachineEvents, "")
 	if err != nil || len(machines) != 1 || !machines[0].GetLastSeen().AsTime().Equal(now.Add(-time.Minute)) {
 		t.Fatalf("machine events left: %v %v", machines, err)
+	}
+}
+
+// A deleted job's stop key is collected once its tasks are gone, not
+// before; a stopped job's is kept, and so is the key of a job created
+// again under the name.
+func TestCollectsStopKeysOfDeletedJobs(t *testing.T) {
+	ctx := t.Context()
+	s := memstore.New(time.Now, time.Minute)
+	job := func(name string, stopped bool) *troupev1.Job {
+		j, err := clientlib.Create(ctx, s, clientlib.Jobs, &troupev1.Job{Metadata: &troupev1.ObjectMeta{Name: name, Namespace: "ns"},
+			Spec: &troupev1.JobSpec{Count: 1, Stopped: stopped, Template: &troupev1.TaskTemplate{Command: "x"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	gone, stopped := job("gone", false), job("stopped", true)
+	task, err := clientlib.Create(ctx, s, clientlib.Tasks, &troupev1.Task{Metadata: &troupev1.ObjectMeta{Name: clientlib.TaskName("gone", 0), Namespace: "ns"},
+		Spec: &troupev1.TaskSpec{Job: "gone", Template: &troupev1.TaskTemplate{Command: "x"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := clientlib.Delete(ctx, s, clientlib.Jobs, gone); err != nil {
+		t.Fatal(err)
+	}
+	col, err := gc.New(s, gc.Config{Now: time.Now, Retention: time.Hour, Interval: time.Hour, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopKey := func(name string) string {
+		kv, err := s.Get(ctx, clientlib.JobStopKey("ns", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kv == nil {
+			return "absent"
+		}
+		return string(kv.GetValue())
+	}
+	collect := func() {
+		t.Helper()
+		if _, err := col.Collect(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	collect()
+	if got := stopKey("gone"); got != "1" {
+		t.Fatalf("stop key of the deleted job with a task left: %s, want 1", got)
+	}
+	if err := clientlib.Delete(ctx, s, clientlib.Tasks, task); err != nil {
+		t.Fatal(err)
+	}
+	collect()
+	if got, kept := stopKey("gone"), stopKey("stopped"); got != "absent" || kept != "1" || stopped.GetSpec().GetStopped() != true {
+		t.Fatalf("stop keys: deleted job's %s (want absent), stopped job's %s (want 1)", got, kept)
+	}
+	job("gone", false)
+	collect()
+	if got := stopKey("gone"); got != "0" {
+		t.Fatalf("stop key of the job created again: %s, want 0", got)
 	}
 }
