@@ -117,11 +117,13 @@ func compileBool(env *cel.Env, expr string) (cel.Program, error) {
 	return env.Program(ast, cel.EvalOptions(cel.OptOptimize), cel.CostLimit(celCostLimit))
 }
 
-// SetPolicies replaces the policies the validator enforces. Policies it
-// already compiled at the same version are not compiled again. A policy
-// whose rules do not compile is left out and reported in the error; the
-// others are enforced.
+// SetPolicies replaces the policies the validator enforces: ps, and
+// DefaultJobLimits unless ps holds the cell's own (JobLimitsPolicy).
+// Policies it already compiled at the same version are not compiled
+// again. A policy whose rules do not compile is left out and reported in
+// the error; the others are enforced.
 func (v *Validator) SetPolicies(ps []*troupev1.ValidationPolicy) error {
+	ps = withDefaultLimits(ps)
 	v.mu.RLock()
 	prev, prevLoaded := v.policies, v.loaded
 	v.mu.RUnlock()

@@ -23,9 +23,10 @@ import (
 // the same file twice changes nothing.
 func (a *app) applyCommand() *cobra.Command {
 	var (
-		files []string
-		ns    string
-		cf    *connFlags
+		files  []string
+		ns     string
+		dryRun bool
+		cf     *connFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "apply -f FILE|DIR [-f ...]",
@@ -33,9 +34,14 @@ func (a *app) applyCommand() *cobra.Command {
 		Long: `Create or update the objects of manifest files (YAML or JSON; a directory's
 *.yaml, *.yml and *.json files) so that the cell matches them; applying the
 same file twice changes nothing. A job without metadata.namespace goes to
---namespace (default "default").`,
+--namespace (default "default"). Objects are checked against the cell's
+validation policies, the job limits among them (policy job-limits: at most
+10,000 tasks, 64 cores and 256Gi per task unless the cell stores its own);
+a job none of whose tasks fits on any machine now is accepted with a
+warning. --dry-run does the checks and writes nothing.`,
 		Example: `  troupe apply -f deploy/examples/batch.yaml
-  troupe apply -f deploy/examples -n team-a`,
+  troupe apply -f deploy/examples -n team-a
+  troupe apply -f job.yaml --dry-run`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(files) == 0 {
@@ -47,10 +53,42 @@ same file twice changes nothing. A job without metadata.namespace goes to
 			}
 			defer cancel()
 			defer c.Close()
-			return eachManifest(a.out, files, ns, func(m clientlib.Manifest) (string, error) { return applyObject(ctx, c, m) })
+			if err := c.LoadPolicies(ctx); err != nil {
+				return err
+			}
+			var room *cellRoom
+			warn := func(m clientlib.Manifest) error {
+				job, ok := m.Object.(*troupev1.Job)
+				if !ok {
+					return nil
+				}
+				if room == nil {
+					if room, err = readRoom(ctx, c); err != nil {
+						return err
+					}
+				}
+				if w := room.unfit(job); w != "" {
+					fmt.Fprintln(a.errOut, w)
+				}
+				return nil
+			}
+			return eachManifest(a.out, files, ns, func(m clientlib.Manifest) (string, error) {
+				if dryRun {
+					if err := validateObject(c, m); err != nil {
+						return "", err
+					}
+					return "valid (dry run)", warn(m)
+				}
+				what, err := applyObject(ctx, c, m)
+				if err != nil {
+					return "", err
+				}
+				return what, warn(m)
+			})
 		},
 	}
 	fs := cmd.Flags()
+	fs.BoolVar(&dryRun, "dry-run", false, "check the objects against the cell (validation, job limits, room) and write nothing")
 	fs.StringArrayVarP(&files, "filename", "f", nil, "manifest file or directory (repeatable)")
 	fs.StringVarP(&ns, "namespace", "n", defaultNamespace, "namespace of the jobs whose manifests name none")
 	cf = a.addConnFlags(cmd, 10*time.Second, "request timeout")
@@ -180,3 +218,105 @@ func apply[T clientlib.Object](ctx context.Context, c *clientlib.Client, k clien
 // defaultNamespace is the namespace of jobs and tasks when none is named
 // (-n, a manifest's metadata.namespace).
 const defaultNamespace = "default"
+
+// validateObject checks one manifest's object as a write of it would,
+// with the cell's validation policies c loaded, and writes nothing.
+func validateObject(c *clientlib.Client, m clientlib.Manifest) error {
+	v := c.Validator()
+	switch o := m.Object.(type) {
+	case *troupev1.Job:
+		return clientlib.ValidateWith(v, clientlib.Jobs, o)
+	case *troupev1.Machine:
+		return clientlib.ValidateWith(v, clientlib.Machines, o)
+	case *troupev1.ValidationPolicy:
+		return clientlib.ValidateWith(v, clientlib.ValidationPolicies, o)
+	case *troupev1.RunAsPolicy:
+		return clientlib.ValidateWith(v, clientlib.RunAsPolicies, o)
+	default:
+		return fmt.Errorf("apply: kind %s is written by Troupe itself, not applied", m.Kind)
+	}
+}
+
+// cellRoom is what the cell's schedulable machines have free, read once
+// per command, to warn of a job whose tasks fit nowhere yet.
+type cellRoom struct{ machines []machineRoom }
+
+type machineRoom struct {
+	name string
+	free map[string]int64
+}
+
+// readRoom reads the machines and their allocation counters.
+func readRoom(ctx context.Context, c *clientlib.Client) (*cellRoom, error) {
+	machines, _, err := clientlib.List(ctx, c, clientlib.Machines, "")
+	if err != nil {
+		return nil, err
+	}
+	counters, _, err := c.List(ctx, clientlib.AllocPrefix)
+	if err != nil {
+		return nil, err
+	}
+	alloc := map[string]int64{}
+	for _, kv := range counters {
+		if n, err := clientlib.DecodeCounter(kv.GetKey(), kv.GetValue(), kv.GetVersion()); err == nil {
+			alloc[kv.GetKey()] = n.GetValue()
+		}
+	}
+	room := &cellRoom{}
+	for _, m := range machines {
+		if m.GetSpec().GetUnschedulable() || m.GetStatus().GetPhase() != troupev1.MachinePhase_MACHINE_PHASE_READY {
+			continue
+		}
+		name := m.GetMetadata().GetName()
+		free := map[string]int64{}
+		for r, q := range m.GetSpec().GetCapacity() {
+			free[r] = q - alloc[clientlib.AllocKey(name, r)]
+		}
+		room.machines = append(room.machines, machineRoom{name: name, free: free})
+	}
+	return room, nil
+}
+
+// unfit returns a warning when no schedulable machine has room for a
+// task of job now ("" when one has): it is accepted (machines may join
+// or free up) and waits.
+func (r *cellRoom) unfit(job *troupev1.Job) string {
+	req := job.GetSpec().GetTemplate().GetRequests()
+	var most *machineRoom
+	for i, m := range r.machines {
+		fits := true
+		for res, q := range req {
+			if have, ok := m.free[res]; q > 0 && (!ok || have < q) {
+				fits = false
+			}
+		}
+		if fits {
+			return ""
+		}
+		if most == nil || m.free["cpu"] > most.free["cpu"] {
+			most = &r.machines[i]
+		}
+	}
+	warning := fmt.Sprintf("warning: job %s: no machine has room for one of its tasks (it asks for %s)",
+		displayName(job), quantities(req))
+	if most == nil {
+		return warning + "; the cell has no schedulable machine: its tasks wait until one joins"
+	}
+	return warning + fmt.Sprintf("; the most any machine has free is %s (%s): its tasks wait until a machine can hold them",
+		quantities(most.free), most.name)
+}
+
+// quantities writes amounts of resources in name order ("500m cpu, 1Gi
+// memory").
+func quantities(q map[string]int64) string {
+	names := make([]string, 0, len(q))
+	for r := range q {
+		names = append(names, r)
+	}
+	sort.Strings(names)
+	parts := make([]string, len(names))
+	for i, r := range names {
+		parts[i] = clientlib.FormatQuantity(r, q[r]) + " " + r
+	}
+	return strings.Join(parts, ", ")
+}
