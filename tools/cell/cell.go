@@ -23,6 +23,7 @@ import (
 	"github.com/troupe-cluster/troupe/cellstore/node"
 	"github.com/troupe-cluster/troupe/cellstore/pki"
 	"github.com/troupe-cluster/troupe/clientlib"
+	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 	"github.com/troupe-cluster/troupe/schedulers/profiles"
 )
 
@@ -41,7 +42,10 @@ type Config struct {
 	// agent keeps its tasks in DataDir/tasks, so that user must be able
 	// to pass through DataDir.
 	TaskUser string
-	// Hollow simulated machines with HollowCapacity, labelled zone=z0..z3.
+	// Hollow simulated machines with HollowCapacity, labelled zone=z0..z3
+	// and, as every hollow machine, agent.HollowLabel=true and tainted
+	// agent.HollowTaint(): only jobs that tolerate it land there, the
+	// others on the exec machine (zone=local, no taint).
 	Hollow         int
 	HollowCapacity map[string]int64
 	// LeaseDuration of the agents (how fast a dead machine is noticed).
@@ -218,7 +222,8 @@ func (c *Cell) start() error {
 	}
 	sim := &runtime.Sim{DefaultDuration: 10 * time.Second}
 	for i := range c.cfg.Hollow {
-		if err := c.StartAgent(HollowName(i), c.cfg.HollowCapacity, map[string]string{"zone": fmt.Sprintf("z%d", i%4), "hollow": "true"}, sim, ""); err != nil {
+		labels := map[string]string{"zone": fmt.Sprintf("z%d", i%4), agent.HollowLabel: agent.HollowValue}
+		if err := c.startAgent(HollowName(i), c.cfg.HollowCapacity, labels, []*troupev1.Taint{agent.HollowTaint()}, sim, ""); err != nil {
 			return err
 		}
 	}
@@ -231,9 +236,14 @@ const hollowPrefix = "hollow-"
 // HollowName is the machine name of hollow machine i.
 func HollowName(i int) string { return fmt.Sprintf("%s%04d", hollowPrefix, i) }
 
-// StartAgent starts an agent for machine, serving its tasks' logs on
-// logAddr when set.
+// StartAgent starts an agent for machine, without taints, serving its
+// tasks' logs on logAddr when set.
 func (c *Cell) StartAgent(machine string, capacity map[string]int64, labels map[string]string, rt runtime.Runtime, logAddr string) error {
+	return c.startAgent(machine, capacity, labels, nil, rt, logAddr)
+}
+
+// startAgent starts an agent for machine with labels and taints.
+func (c *Cell) startAgent(machine string, capacity map[string]int64, labels map[string]string, taints []*troupev1.Taint, rt runtime.Runtime, logAddr string) error {
 	cl, err := c.agentClient(machine)
 	if err != nil {
 		return err
@@ -248,7 +258,7 @@ func (c *Cell) StartAgent(machine string, capacity map[string]int64, labels map[
 	if err != nil {
 		return err
 	}
-	a, err := agent.New(cl, agent.Config{Machine: machine, Capacity: capacity, Labels: labels, Runtime: rt, LogAddr: logAddr, TLS: creds,
+	a, err := agent.New(cl, agent.Config{Machine: machine, Capacity: capacity, Labels: labels, Taints: taints, Runtime: rt, LogAddr: logAddr, TLS: creds,
 		TaskUser: c.cfg.TaskUser, Events: events, LeaseDuration: c.cfg.LeaseDuration, RenewInterval: c.cfg.LeaseDuration / 5,
 		StopGrace: 10 * time.Second, Now: time.Now, Logger: c.cfg.Logger})
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/troupe-cluster/troupe/agents/agent"
 	"github.com/troupe-cluster/troupe/agents/runtime/runtimetest"
 	"github.com/troupe-cluster/troupe/clientlib"
 	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
@@ -43,6 +44,13 @@ func (e *env) submit(name string, spec *troupev1.JobSpec) {
 	if _, err := clientlib.Create(e.ctx, e.c.Client, clientlib.Jobs, &troupev1.Job{Metadata: &troupev1.ObjectMeta{Name: name, Namespace: "e2e"}, Spec: spec}); err != nil {
 		e.t.Fatal(err)
 	}
+}
+
+// tolerating adds the toleration of hollow machines to spec, which may
+// then land on them, and returns it.
+func tolerating(spec *troupev1.JobSpec) *troupev1.JobSpec {
+	spec.Tolerations = append(spec.Tolerations, agent.HollowToleration())
+	return spec
 }
 
 func (e *env) tasks(job string) []*troupev1.Task {
@@ -92,9 +100,9 @@ func TestHundredRealTasks(t *testing.T) {
 // placements and the lost machine's releases commit across shards.
 func TestServiceSurvivesMachineLoss(t *testing.T) {
 	e := start(t, cell.Config{Shards: 2, Hollow: 5, HollowCapacity: map[string]int64{"cpu": 4000, "memory": 1 << 30}})
-	e.submit("web", &troupev1.JobSpec{Type: troupev1.JobType_JOB_TYPE_SERVICE, Count: 3, Priority: 100,
+	e.submit("web", tolerating(&troupev1.JobSpec{Type: troupev1.JobType_JOB_TYPE_SERVICE, Count: 3, Priority: 100,
 		Constraints: &troupev1.Constraints{DistinctMachines: true},
-		Template:    &troupev1.TaskTemplate{Command: "web", SimDuration: durationpb.New(time.Hour), Requests: map[string]int64{"cpu": 1000}}})
+		Template:    &troupev1.TaskTemplate{Command: "web", SimDuration: durationpb.New(time.Hour), Requests: map[string]int64{"cpu": 1000}}}))
 	running := func() (map[string]bool, string) {
 		on := map[string]bool{}
 		var saw []string
@@ -140,7 +148,7 @@ func TestGangAllOrNothing(t *testing.T) {
 	e := start(t, cell.Config{Shards: 3, Hollow: 2, HollowCapacity: map[string]int64{"cpu": 2000, "memory": 1 << 30}})
 	long := durationpb.New(time.Hour)
 	// Three tasks of 1500 cpu: only two machines can take one each.
-	e.submit("toobig", &troupev1.JobSpec{Count: 3, GangMin: 3, Template: &troupev1.TaskTemplate{Command: "x", SimDuration: long, Requests: map[string]int64{"cpu": 1500}}})
+	e.submit("toobig", tolerating(&troupev1.JobSpec{Count: 3, GangMin: 3, Template: &troupev1.TaskTemplate{Command: "x", SimDuration: long, Requests: map[string]int64{"cpu": 1500}}}))
 	wait.Until(e.ctx, e.t, "the gang scheduler found the gang does not fit", func() (bool, string) {
 		st := e.c.Schedulers["gang-0"].Stats()
 		return st.Unschedulable > 0, fmt.Sprint(st)
@@ -151,7 +159,7 @@ func TestGangAllOrNothing(t *testing.T) {
 		}
 	}
 	// Four tasks of 1000 cpu fit exactly, and go together.
-	e.submit("fits", &troupev1.JobSpec{Count: 4, GangMin: 4, Template: &troupev1.TaskTemplate{Command: "x", SimDuration: long, Requests: map[string]int64{"cpu": 1000}}})
+	e.submit("fits", tolerating(&troupev1.JobSpec{Count: 4, GangMin: 4, Template: &troupev1.TaskTemplate{Command: "x", SimDuration: long, Requests: map[string]int64{"cpu": 1000}}}))
 	wait.Until(e.ctx, e.t, "the whole gang runs", func() (bool, string) {
 		p := phases(e.tasks("fits"))
 		return p["TASK_PHASE_RUNNING"] == 4, fmt.Sprint(p)
@@ -166,12 +174,12 @@ func TestGangAllOrNothing(t *testing.T) {
 func TestHighPriorityPreemptsBatch(t *testing.T) {
 	e := start(t, cell.Config{Shards: 3, Hollow: 1, HollowCapacity: map[string]int64{"cpu": 2000, "memory": 1 << 30}})
 	long := durationpb.New(time.Hour)
-	e.submit("filler", &troupev1.JobSpec{Count: 4, Priority: 0, Template: &troupev1.TaskTemplate{Command: "x", SimDuration: long, Requests: map[string]int64{"cpu": 500}}})
+	e.submit("filler", tolerating(&troupev1.JobSpec{Count: 4, Priority: 0, Template: &troupev1.TaskTemplate{Command: "x", SimDuration: long, Requests: map[string]int64{"cpu": 500}}}))
 	wait.Until(e.ctx, e.t, "the machine is full", func() (bool, string) {
 		p := phases(e.tasks("filler"))
 		return p["TASK_PHASE_RUNNING"] == 4, fmt.Sprint(p)
 	})
-	e.submit("urgent", &troupev1.JobSpec{Count: 1, Priority: 50, Template: &troupev1.TaskTemplate{Command: "x", SimDuration: long, Requests: map[string]int64{"cpu": 1000}}})
+	e.submit("urgent", tolerating(&troupev1.JobSpec{Count: 1, Priority: 50, Template: &troupev1.TaskTemplate{Command: "x", SimDuration: long, Requests: map[string]int64{"cpu": 1000}}}))
 	wait.Until(e.ctx, e.t, "the urgent task runs", func() (bool, string) {
 		p := phases(e.tasks("urgent"))
 		return p["TASK_PHASE_RUNNING"] == 1, fmt.Sprint(p)

@@ -761,7 +761,8 @@ func (t *test) printSummary(total time.Duration, err error) {
 }
 
 // hollowJob is a manifest of a batch job of count tasks on the hollow
-// machines, each taking simDuration.
+// machines, each taking simDuration: it tolerates their taint and selects
+// their label troupe.io/hollow.
 func hollowJob(name string, count int, simDuration string) string {
 	return fmt.Sprintf(`apiVersion: troupe/v1
 kind: Job
@@ -774,6 +775,8 @@ spec:
     requests: {cpu: 100, memory: 16777216}
     simDuration: %s
   constraints:
-    matchLabels: {hollow: "true"}
+    matchLabels: {troupe.io/hollow: "true"}
+  tolerations:
+  - {key: troupe.io/hollow, value: "true", effect: TAINT_EFFECT_NO_SCHEDULE}
 `, name, count, simDuration)
 }

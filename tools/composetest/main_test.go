@@ -1,6 +1,13 @@
 package main
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/troupe-cluster/troupe/agents/agent"
+	"github.com/troupe-cluster/troupe/clientlib"
+	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
+	"github.com/troupe-cluster/troupe/schedulers/plugins/tainttoleration"
+)
 
 func TestValidTag(t *testing.T) {
 	for in, want := range map[string]string{
@@ -21,5 +28,19 @@ func TestBuildInfo(t *testing.T) {
 	m := buildInfoRE.FindStringSubmatch(metrics)
 	if m == nil || m[1] != "v1-next" {
 		t.Fatalf("got %v", m)
+	}
+}
+
+// hollowJob's jobs tolerate the hollow machines' taint and select their
+// label, so they land on them and on no other machine.
+func TestHollowJobTargetsHollowMachines(t *testing.T) {
+	ms, err := clientlib.DecodeManifests([]byte(hollowJob("h", 3, "1s")))
+	if err != nil || len(ms) != 1 {
+		t.Fatalf("%d manifests (%v)", len(ms), err)
+	}
+	spec := ms[0].Object.(*troupev1.Job).GetSpec()
+	if !tainttoleration.Tolerated(spec.GetTolerations(), agent.HollowTaint()) ||
+		spec.GetConstraints().GetMatchLabels()[agent.HollowLabel] != agent.HollowValue {
+		t.Fatalf("job spec %v", spec)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/troupe-cluster/troupe/agents/runtime"
 	"github.com/troupe-cluster/troupe/cellstore/pki"
 	"github.com/troupe-cluster/troupe/clientlib"
+	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 )
 
 // agentCommand is `troupe agent`: the node agent of this machine against
@@ -37,7 +38,9 @@ func (a *app) agentCommand() *cobra.Command {
 		Long: `Run the node agent of this machine against a cell's store: it registers the
 machine, holds its lease, and runs the tasks bound to it (the exec runtime:
 real processes; sim: simulated ones). --hollow N runs N simulated machines
-in one process instead. It stops its tasks and returns on SIGINT or SIGTERM.`,
+in one process instead, each labelled and tainted troupe.io/hollow=true:
+only jobs that tolerate the taint land on them. It stops its tasks and
+returns on SIGINT or SIGTERM.`,
 		Example: `  troupe agent --endpoint 10.0.0.1:7000 --capacity cpu=4000m,memory=8Gi --ca ca.crt --cert agent-m1.crt --key agent-m1.key
   troupe agent --endpoint 10.0.0.1:7000 --machine rack1 --hollow 100 --ca ... --cert ... --key ...`,
 		Args: noArgs,
@@ -90,7 +93,9 @@ in one process instead. It stops its tasks and returns on SIGINT or SIGTERM.`,
 					cfg := base
 					cfg.Machine, cfg.Runtime = fmt.Sprintf("%s-hollow-%04d", machine, i), sim
 					cfg.Labels = maps.Clone(lbls)
-					cfg.Labels["hollow"] = "true"
+					cfg.Labels[agent.HollowLabel] = agent.HollowValue
+					// Only jobs that tolerate it land on a hollow machine.
+					cfg.Taints = []*troupev1.Taint{agent.HollowTaint()}
 					cfgs = append(cfgs, cfg)
 				}
 			case rtName == "sim":
@@ -134,7 +139,7 @@ in one process instead. It stops its tasks and returns on SIGINT or SIGTERM.`,
 	fs.DurationVar(&lease, "lease", 10*time.Second, "lease duration; renewed five times per lease")
 	fs.DurationVar(&grace, "stop-grace", 10*time.Second, "time between SIGTERM and SIGKILL of a stopped task")
 	fs.StringVar(&taskUser, "task-user", runtime.DefaultTaskUser(), taskUserUsage)
-	fs.IntVar(&hollow, "hollow", 0, "host this many simulated machines instead of this one (sim runtime); the certificate must name agent <machine>-hollow-*")
+	fs.IntVar(&hollow, "hollow", 0, "host this many simulated machines instead of this one (sim runtime), labelled and tainted troupe.io/hollow=true; the certificate must name agent <machine>-hollow-*")
 	fs.StringVar(&level, "log-level", "warn", "log level: debug, info, warn, error")
 	tf.register(fs)
 	return cmd

@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	agentpkg "github.com/troupe-cluster/troupe/agents/agent"
 	"github.com/troupe-cluster/troupe/cellstore/pki"
 	"github.com/troupe-cluster/troupe/clientlib"
 	"github.com/troupe-cluster/troupe/clientlib/clienttest"
@@ -46,7 +48,8 @@ func TestAgentHollow(t *testing.T) {
 			if err != nil {
 				return fmt.Errorf("machine %s: %w", n, err)
 			}
-			if m.GetSpec().GetCapacity()["memory"] != 16<<30 || m.GetMetadata().GetLabels()["zone"] != "z1" || m.GetMetadata().GetLabels()["hollow"] != "true" {
+			if m.GetSpec().GetCapacity()["memory"] != 16<<30 || m.GetMetadata().GetLabels()["zone"] != "z1" || m.GetMetadata().GetLabels()[agentpkg.HollowLabel] != "true" ||
+				len(m.GetSpec().GetTaints()) != 1 || !proto.Equal(m.GetSpec().GetTaints()[0], agentpkg.HollowTaint()) {
 				t.Fatalf("machine %v", m)
 			}
 			if _, err := clientlib.Get(ctx, c, clientlib.Leases, clientlib.Leases.Prefix+n); err != nil {

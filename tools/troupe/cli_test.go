@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/troupe-cluster/troupe/agents/agent"
 	"github.com/troupe-cluster/troupe/cellstore/pki"
 	"github.com/troupe-cluster/troupe/clientlib"
 	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
@@ -147,8 +148,9 @@ func TestGetDescribeWatch(t *testing.T) {
 	}{{"greet", 100 * time.Millisecond}, {"other", time.Hour}} {
 		if _, err := clientlib.Create(ctx, c.Client, clientlib.Jobs, &troupev1.Job{
 			Metadata: &troupev1.ObjectMeta{Name: j.name, Namespace: "default", Labels: map[string]string{"app": j.name}},
-			Spec: &troupev1.JobSpec{Count: 2, Template: &troupev1.TaskTemplate{Command: "/bin/true", SimDuration: durationpb.New(j.sim),
-				Requests: map[string]int64{"cpu": 100, "memory": 1 << 20}}}}); err != nil {
+			Spec: &troupev1.JobSpec{Count: 2, Tolerations: []*troupev1.Toleration{agent.HollowToleration()},
+				Template: &troupev1.TaskTemplate{Command: "/bin/true", SimDuration: durationpb.New(j.sim),
+					Requests: map[string]int64{"cpu": 100, "memory": 1 << 20}}}}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/troupe-cluster/troupe/agents/agent"
 	"github.com/troupe-cluster/troupe/cellstore/pki"
 	"github.com/troupe-cluster/troupe/clientlib"
 	"github.com/troupe-cluster/troupe/clientlib/clienttest"
@@ -70,7 +71,7 @@ func TestRoleProcesses(t *testing.T) {
 	go io.Copy(io.Discard, sched)
 
 	if _, err := clientlib.Create(ctx, c, clientlib.Jobs, &troupev1.Job{Metadata: &troupev1.ObjectMeta{Name: "sims", Namespace: "default"},
-		Spec: &troupev1.JobSpec{Scheduler: "batch", Count: 20, Template: &troupev1.TaskTemplate{Command: "x",
+		Spec: &troupev1.JobSpec{Scheduler: "batch", Count: 20, Tolerations: []*troupev1.Toleration{agent.HollowToleration()}, Template: &troupev1.TaskTemplate{Command: "x",
 			SimDuration: durationpb.New(10 * time.Millisecond), Requests: map[string]int64{"cpu": 500}}}}); err != nil {
 		t.Fatal(err)
 	}
