@@ -216,7 +216,7 @@ func (sr *shardReader) Read(p []byte) (int, error) {
 // snapshot and compacts its whole log behind it: joining members are sent
 // the snapshot. The node serves nothing until then, and a restored cell
 // starts with this node alone, so no member can join earlier.
-func (n *Node) compactRestored() error {
+func (n *Node) compactRestored(meta cellMeta) error {
 	b := n.backend
 	empty, err := statemachine.EncodeEntry()
 	if err != nil {
@@ -245,5 +245,6 @@ func (n *Node) compactRestored() error {
 			return fmt.Errorf("node: compact the log of restored shard %d: %w", sh, err)
 		}
 	}
-	return writeCellMeta(n.cfg.DataDir, cellMeta{Shards: n.cfg.Shards})
+	meta.Restored = false
+	return writeCellMeta(n.cfg.DataDir, meta)
 }

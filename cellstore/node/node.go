@@ -33,6 +33,7 @@ import (
 	"github.com/troupe-cluster/troupe/cellstore/pki"
 	"github.com/troupe-cluster/troupe/cellstore/server"
 	"github.com/troupe-cluster/troupe/cellstore/statemachine"
+	"github.com/troupe-cluster/troupe/cellstore/storeerr"
 	"github.com/troupe-cluster/troupe/cellstore/watch"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
@@ -58,6 +59,7 @@ type Node struct {
 	// for them before closing the Raft host they read.
 	promoting sync.WaitGroup
 	closeOnce sync.Once
+	removals  removals // removal.go
 }
 
 // Start starts a store node. It returns once the node serves gRPC; shards
@@ -69,7 +71,7 @@ func Start(cfg Config) (*Node, error) {
 	if err := privateDir(cfg.DataDir); err != nil {
 		return nil, err
 	}
-	meta, err := checkCellMeta(cfg.DataDir, cfg.Shards)
+	meta, err := checkCellMeta(cfg, time.Now())
 	if err != nil {
 		return nil, err
 	}
@@ -81,11 +83,12 @@ func Start(cfg Config) (*Node, error) {
 	wcfg.Retention = cfg.Server.LogRetention
 	n := &Node{cfg: cfg, log: cfg.Logger, hub: watch.NewHub(wcfg, cfg.Shards), registry: prometheus.NewRegistry(),
 		sms: make([]*statemachine.StateMachine, cfg.Shards)}
+	n.removals.removed = make(chan struct{})
 	if err := n.startRaft(meta); err != nil {
 		return nil, err
 	}
 	if meta.Restored {
-		if err := n.compactRestored(); err != nil {
+		if err := n.compactRestored(meta); err != nil {
 			n.Close()
 			return nil, err
 		}
@@ -114,14 +117,23 @@ func (n *Node) startRaft(meta cellMeta) error {
 	}
 	// Always Troupe's transport, plain or TLS: one code path everywhere.
 	nhc.Expert.TransportFactory = newTransportFactory(raftTLS(cfg.TLS), n.log)
+	nhc.SystemEventListener = eventListener{n}
 	nh, err := dragonboat.NewNodeHost(nhc)
 	if err != nil {
 		return fmt.Errorf("node: start raft host: %w", err)
 	}
 	n.nh = nh
+	if err := n.checkReplicaIDs(meta); err != nil {
+		n.closeRaft()
+		return err
+	}
+	if err := recordCellMeta(cfg.DataDir, meta); err != nil {
+		n.closeRaft()
+		return err
+	}
 	joined, err := n.recordJoin(meta)
 	if err != nil {
-		nh.Close()
+		n.closeRaft()
 		return err
 	}
 	members := map[uint64]dragonboat.Target{}
@@ -167,7 +179,11 @@ func (n *Node) startRaft(meta cellMeta) error {
 			initial, join = nil, false
 		}
 		if err := nh.StartOnDiskReplica(initial, join, create, rc); err != nil {
-			nh.Close()
+			n.closeRaft()
+			if errors.Is(err, dragonboat.ErrReplicaRemoved) {
+				return storeerr.NodeRemoved.With("node: start shard %d: node %d was removed from the cell; remove %s and join as a new node, with another node ID",
+					i, cfg.NodeID, cfg.DataDir)
+			}
 			return fmt.Errorf("node: start shard %d: %w", i, err)
 		}
 		sessions[i] = nh.GetNoOPSession(shardID(i))
@@ -203,10 +219,11 @@ func (n *Node) startRaft(meta cellMeta) error {
 	if err != nil {
 		close(n.stop)
 		n.promoting.Wait()
-		nh.Close()
+		n.closeRaft()
 		return err
 	}
 	go n.recoverTxns(srv, scfg.TxnTimeout)
+	opts = append(opts, grpc.ChainUnaryInterceptor(n.unaryRemoved), grpc.ChainStreamInterceptor(n.streamRemoved))
 	n.grpcServer = grpc.NewServer(append(opts, grpc.MaxRecvMsgSize(cfg.Server.Limits.MaxRequestBytes+64<<10))...)
 	storev1.RegisterStoreServer(n.grpcServer, srv)
 	storev1.RegisterAdminServer(n.grpcServer, server.NewAdmin(srv, backend))
@@ -261,8 +278,12 @@ func (n *Node) serveHealth(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintln(w, "ok")
 }
 
-// Healthy returns nil when every shard has a known leader.
+// Healthy returns nil when every shard has a known leader, and the node
+// was not removed from the cell.
 func (n *Node) Healthy() error {
+	if err := n.removedErr(); err != nil {
+		return fmt.Errorf("removed: %w", err)
+	}
 	for i := range n.cfg.Shards {
 		if _, _, ok, err := n.nh.GetLeaderID(shardID(i)); err != nil || !ok {
 			return fmt.Errorf("shard %d has no leader", i)
@@ -377,6 +398,30 @@ func (n *Node) Close() {
 		n.grpcServer.Stop()
 		close(n.stop)
 		n.promoting.Wait()
-		n.nh.Close()
+		n.closeRaft()
 	})
+}
+
+// closeRaft closes the Raft host, which unloads every replica: not a
+// removal (removal.go).
+func (n *Node) closeRaft() {
+	n.removals.closing.Store(true)
+	n.nh.Close()
+}
+
+// checkReplicaIDs refuses a data directory whose Raft logs are another
+// node's: what Dragonboat holds is the truth, whatever cell.json says (a
+// directory from before it recorded the node).
+func (n *Node) checkReplicaIDs(meta cellMeta) error {
+	info := n.nh.GetNodeHostInfo(dragonboat.NodeHostInfoOption{})
+	if info == nil {
+		return nil
+	}
+	for _, li := range info.LogInfo {
+		if li.ShardID >= 1 && li.ShardID <= uint64(n.cfg.Shards) && li.ReplicaID != n.cfg.NodeID {
+			meta.NodeID = li.ReplicaID
+			return meta.check(n.cfg)
+		}
+	}
+	return nil
 }

@@ -55,6 +55,9 @@ var (
 	RemoveSelf           = define(codes.FailedPrecondition, "REMOVE_SELF", "node removing itself")
 	LastReplica          = define(codes.FailedPrecondition, "LAST_REPLICA", "last replica")
 	RemovedMeanwhile     = define(codes.Aborted, "REMOVED_MEANWHILE", "member removed meanwhile")
+	// NodeRemoved: every answer of a node the cell removed; ask another
+	// member.
+	NodeRemoved = define(codes.FailedPrecondition, "NODE_REMOVED", "this node was removed from the cell")
 )
 
 // Everything else.

@@ -63,7 +63,12 @@ func (a *app) storeCommand() *cobra.Command {
 		Long: `Run one node of the cell's store until SIGINT or SIGTERM: a new cell's
 member (--initial-members), a node restarting on its data directory, or a
 new member joining a running cell (--join). Its subcommands are the store's
-operations: members, backup, restore.`,
+operations: members, backup, restore.
+
+A node the cell removes (store members remove) exits with status 1 saying
+so, and does not start again on its data directory. A data directory
+records its node and its cell (the CA of --ca); started as another node,
+or with another cell's credentials, the node says whose it is and exits.`,
 		Example: `  troupe store --node-id 1 --data-dir /var/lib/troupe/store --raft-addr 10.0.0.1:7100 --grpc-addr 10.0.0.1:7000 \
     --initial-members 1=10.0.0.1:7100,2=10.0.0.2:7100,3=10.0.0.3:7100 --ca ca.crt --cert store-1.crt --key store-1.key`,
 		Args: noArgs,
@@ -116,9 +121,15 @@ operations: members, backup, restore.`,
 				cfg.NodeID, n.GRPCAddr(), cfg.RaftAddr, n.HTTPAddr(), cfg.DataDir)
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			<-ctx.Done()
-			fmt.Fprintln(a.out, "troupe store: shutting down")
-			return nil
+			select {
+			case <-ctx.Done():
+				fmt.Fprintln(a.out, "troupe store: shutting down")
+				return nil
+			case <-n.Removed():
+				// Like etcd's removed member: it exits, and does not
+				// start again on its data directory.
+				return errors.New(status.Convert(n.RemovedError()).Message())
+			}
 		},
 	}
 	fs := cmd.Flags()
@@ -245,7 +256,7 @@ health (every shard has a leader), the shards it leads, its applied index
 (summed over shards) and its lag (the most entries any shard is behind the
 most advanced node shown); then the cell's other members (from the store's
 member list), not asked; and the CLI's version. It exits with status 1
-when a node asked is unreachable or unhealthy.`,
+when a node asked is unreachable, unhealthy or removed from the cell.`,
 		Example: `  troupe status --endpoint 127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003`,
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -344,6 +355,11 @@ func printStatus(out io.Writer, eps []string, sts []*storev1.StatusResponse, err
 	fmt.Fprintln(w, "NODE\tENDPOINT\tGRPC\tRAFT\tHEALTH\tLEADS\tAPPLIED\tLAG")
 	unhealthy := 0
 	for i, st := range sts {
+		if storeerr.Is(errs[i], storeerr.NodeRemoved) {
+			unhealthy++
+			fmt.Fprintf(w, "-\t%s\t-\t-\tremoved: %s\t-\t-\t-\n", eps[i], status.Convert(errs[i]).Message())
+			continue
+		}
 		if errs[i] != nil {
 			unhealthy++
 			fmt.Fprintf(w, "-\t%s\t-\t-\tunreachable: %s\t-\t-\t-\n", eps[i], status.Convert(errs[i]).Message())

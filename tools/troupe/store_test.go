@@ -1,16 +1,20 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/troupe-cluster/troupe/cellstore/storeerr"
 	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
@@ -87,4 +91,54 @@ func buildTroupe(t *testing.T) string {
 		t.Fatal(buildErr)
 	}
 	return builtBin
+}
+
+// A `troupe store` the cell removes exits with status 1 saying so, and
+// does not start again on its data directory.
+func TestRemovedStoreExits(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the troupe binary")
+	}
+	bin, dir := buildTroupe(t), t.TempDir()
+	cell := startStores(t, bin, dir, 3, 2, func(int) []string { return nil })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var eps []string
+	for i, c := range cell.clients {
+		wait.Until(ctx, t, fmt.Sprintf("node %d's status", i+1), func() error {
+			st, err := c.Status(ctx, &storev1.StatusRequest{})
+			if err == nil {
+				eps = append(eps, st.GetGrpcAddress())
+			}
+			return err
+		})
+	}
+	remove := exec.CommandContext(ctx, bin, append([]string{"store", "members", "remove", "--node-id", "3", "--endpoint", eps[0], "--timeout", "30s"}, cell.admin...)...)
+	if out, err := remove.CombinedOutput(); err != nil {
+		t.Fatalf("members remove: %v\n%s", err, out)
+	}
+	err := cell.procs[2].Wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("the removed store exited with %v, want status 1", err)
+	}
+	restart := exec.CommandContext(ctx, cell.procs[2].Path, cell.procs[2].Args[1:]...)
+	out, err := restart.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "holds node 3 of") || !strings.Contains(string(out), "it cannot serve again") {
+		t.Fatalf("restart of the removed store: %v\n%s", err, out)
+	}
+}
+
+// `troupe status` shows a node that answers NODE_REMOVED as removed.
+func TestPrintStatusRemoved(t *testing.T) {
+	var out bytes.Buffer
+	removed := storeerr.NodeRemoved.With("node 3 was removed from the cell")
+	err := printStatus(&out, []string{"c:7000"}, []*storev1.StatusResponse{nil}, []error{removed}, nil)
+	if err == nil || !strings.Contains(err.Error(), "1 of 1 nodes unhealthy") {
+		t.Errorf("error %v", err)
+	}
+	want := "- c:7000 - - removed: this node was removed from the cell: node 3 was removed from the cell - - -"
+	if line := strings.Split(out.String(), "\n")[1]; strings.Join(strings.Fields(line), " ") != want {
+		t.Errorf("%q, want %q", line, want)
+	}
 }
