@@ -284,9 +284,9 @@ func inAStore(tb testing.TB) followed {
 
 // deleteWhilePlacing runs a job of count tiny tasks on machines sim
 // agents with the scheduler and the job controller over memstore,
-// deletes it once a tenth of its tasks are bound, checks that nothing of
-// it is created, bound or started after the deletion, and returns how
-// long the cleanup took.
+// checks that its status counts every task once a tenth of them are
+// bound, deletes it then, checks that nothing of it is created, bound or
+// started after the deletion, and returns how long the cleanup took.
 func deleteWhilePlacing(tb testing.TB, fs followed, count, machines int) time.Duration {
 	ctx, cancel := context.WithTimeout(tb.Context(), 5*time.Minute)
 	defer cancel()
@@ -334,6 +334,12 @@ func deleteWhilePlacing(tb testing.TB, fs followed, count, machines int) time.Du
 		}
 		return nil
 	})
+	// Its status counts every task while they are still being created
+	// and placed: the job controller writes it before the tasks.
+	if j, err := clientlib.Get(ctx, s, clientlib.Jobs, "/jobs/ns/big"); err != nil ||
+		j.GetStatus().GetPending()+j.GetStatus().GetRunning() != int32(count) {
+		tb.Fatalf("status of the job being placed: %v (%v), want its %d tasks counted", j.GetStatus(), err, count)
+	}
 	big.Metadata.Version = 0 // whatever its status says now
 	if err := clientlib.Delete(ctx, s, clientlib.Jobs, big); err != nil {
 		tb.Fatal(err)
