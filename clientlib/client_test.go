@@ -612,7 +612,11 @@ func TestClientLeaderRouting(t *testing.T) {
 		t.Skipf("shard 0's leadership moved during the test")
 	}
 	for range 3 {
-		if got := commitTo(k1); got != cell.eps[l1] {
+		got := commitTo(k1)
+		if l, ok := cell.leaderOf(1); !ok || l != l1 {
+			t.Skipf("shard 1's leadership moved during the test") // as can happen on a loaded machine
+		}
+		if got != cell.eps[l1] {
 			t.Fatalf("commit on shard 1 went first to %s, its leader is %s", got, cell.eps[l1])
 		}
 		if got := commitTo(k0); got != cell.eps[l0] {
