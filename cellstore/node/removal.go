@@ -51,13 +51,16 @@ type removals struct {
 	mu      sync.Mutex
 	shards  []uint32
 	at      time.Time
-	removed chan struct{} // closed at the first removed shard
+	removed chan struct{} // closed once every shard has removed the node
 }
 
-// Removed is closed once the cell has removed this node from one of its
-// shards, or more (RemovedShards): the node answers every request with
-// storeerr.NodeRemoved from then on, and its process should end (troupe
-// store exits with RemovedError).
+// Removed is closed once the cell has removed this node from every one
+// of its shards (RemovedShards lists those so far): the node answers
+// every request with storeerr.NodeRemoved from then on, and its process
+// should end (troupe store exits with RemovedError). Until then it keeps
+// serving the shards not yet changed: the removal is made shard by shard,
+// and each change needs a quorum of that shard's members, this node
+// among them.
 func (n *Node) Removed() <-chan struct{} { return n.removals.removed }
 
 // RemovedShards lists the shards the cell has removed this node from.
@@ -92,19 +95,18 @@ func (n *Node) replicaUnloaded(sh uint32) {
 	if slices.Contains(r.shards, sh) {
 		return
 	}
-	first := len(r.shards) == 0
-	if first {
+	if len(r.shards) == 0 {
 		r.at = time.Now().UTC()
 	}
 	r.shards = append(r.shards, sh)
 	slices.Sort(r.shards)
-	n.log.Error("this node was removed from the cell: its replica of the shard was stopped; it serves no more, "+
-		"and will not start again on this data directory (remove it and join as a new node, with another node ID)",
+	n.log.Error("the cell removed this node from a shard: its replica of the shard was stopped; once removed from every shard it serves no more, "+
+		"and it will not start again on this data directory (remove it and join as a new node, with another node ID)",
 		zap.Uint64("node", n.cfg.NodeID), zap.Uint32("shard", sh), zap.Uint32s("removed_from_shards", r.shards))
 	if err := n.recordRemoval(removal{At: r.at, Shards: slices.Clone(r.shards)}); err != nil {
 		n.log.Error("could not record the node's removal in its data directory", zap.Error(err))
 	}
-	if first {
+	if len(r.shards) == int(n.cfg.Shards) {
 		close(r.removed)
 	}
 }
