@@ -24,9 +24,13 @@ type Policy struct {
 	// MaxAttempts such decisions in a row the job backs off.
 	MaxAttempts int
 	// Backoff is how long a job some of whose tasks fit nowhere waits
-	// before it is tried again; a change in the cell that makes room for
-	// one of them (Wakes) tries it earlier.
-	Backoff time.Duration
+	// before it is tried again, the first time; each wait in a row
+	// without a placement doubles it, up to MaxBackoff (0: Backoff, no
+	// growth). A change in the cell that makes room for one of its tasks
+	// (Wakes) tries it earlier. A job that fits nowhere on an idle cell
+	// is so decided about a few times a minute at most, not every
+	// Backoff.
+	Backoff, MaxBackoff time.Duration
 	// RetryBase and RetryMax shape the back-off of a job whose round ran
 	// out of attempts or whose commit failed: RetryBase doubled for each
 	// back-off since the job last committed without conflicts, at most
@@ -39,16 +43,19 @@ type Policy struct {
 }
 
 // DefaultPolicy returns five attempts per round, the given back-off for
-// tasks that fit nowhere, retries backing off from 5 ms to 30 s, and no
-// abandoning.
+// tasks that fit nowhere growing to a minute (or staying at backoff if it
+// is longer), retries backing off from 5 ms to 30 s, and no abandoning.
 func DefaultPolicy(backoff time.Duration) Policy {
-	return Policy{MaxAttempts: 5, Backoff: backoff, RetryBase: 5 * time.Millisecond, RetryMax: 30 * time.Second}
+	return Policy{MaxAttempts: 5, Backoff: backoff, MaxBackoff: max(backoff, time.Minute),
+		RetryBase: 5 * time.Millisecond, RetryMax: 30 * time.Second}
 }
 
 // Validate checks the policy.
 func (p Policy) Validate() error {
-	if p.MaxAttempts <= 0 || p.Backoff <= 0 || p.RetryBase <= 0 || p.RetryMax < p.RetryBase || p.AbandonAfter < 0 {
-		return errors.New("scheduler: policy needs positive MaxAttempts, Backoff and RetryBase, RetryMax >= RetryBase and AbandonAfter >= 0")
+	if p.MaxAttempts <= 0 || p.Backoff <= 0 || p.RetryBase <= 0 || p.RetryMax < p.RetryBase || p.AbandonAfter < 0 ||
+		p.MaxBackoff != 0 && p.MaxBackoff < p.Backoff {
+		return errors.New("scheduler: policy needs positive MaxAttempts, Backoff and RetryBase, MaxBackoff 0 or >= Backoff, " +
+			"RetryMax >= RetryBase and AbandonAfter >= 0")
 	}
 	return nil
 }
@@ -59,6 +66,7 @@ type JobState struct {
 	attempt   int // decisions in the current round
 	decisions int // decisions about the job in all
 	backoffs  int // back-offs since the job last committed without conflicts
+	waits     int // waits in a row without a placement
 }
 
 // Decisions is how many decisions were made about the job.
@@ -135,6 +143,9 @@ func (p Policy) After(st *JobState, o Outcome) Action {
 	if o.Conflicted == 0 {
 		st.backoffs = 0
 	}
+	if o.Placed > 0 {
+		st.waits = 0
+	}
 	switch {
 	case o.Stopped > 0 || o.Conflicted+o.Unfit == 0: // a stopped job has nothing left to place
 		st.attempt = 0
@@ -147,7 +158,18 @@ func (p Policy) After(st *JobState, o Outcome) Action {
 		return p.backOff(st)
 	}
 	st.attempt = 0
-	return Action{Step: Wait, Delay: p.Backoff}
+	return Action{Step: Wait, Delay: p.wait(st)}
+}
+
+// wait is the delay of the job's next wait: Backoff doubled for each
+// wait in a row, at most MaxBackoff.
+func (p Policy) wait(st *JobState) time.Duration {
+	d, limit := p.Backoff, max(p.MaxBackoff, p.Backoff)
+	for i := 0; i < st.waits && d < limit; i++ {
+		d *= 2
+	}
+	st.waits++
+	return min(d, limit)
 }
 
 // backOff ends the round with an exponential back-off.

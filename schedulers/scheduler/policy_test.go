@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -108,5 +109,31 @@ func TestWakes(t *testing.T) {
 		if got := Wakes(shapes, c.m); got != c.want {
 			t.Errorf("Wakes(%v, %+v) = %v", shapes, c.m, got)
 		}
+	}
+}
+
+// A job that fits nowhere waits longer each time in a row, up to
+// MaxBackoff, and from Backoff again once it places something.
+func TestPolicyWaitsGrow(t *testing.T) {
+	p := Policy{MaxAttempts: 1, Backoff: time.Second, MaxBackoff: 5 * time.Second, RetryBase: time.Millisecond, RetryMax: time.Second}
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	var st JobState
+	var got []time.Duration
+	for _, o := range []Outcome{{Unfit: 1}, {Unfit: 1}, {Unfit: 1}, {Unfit: 1}, {Placed: 1, Unfit: 1}, {Unfit: 1}} {
+		p.Begin(&st, 2, true)
+		a := p.After(&st, o)
+		if a.Step != Wait {
+			t.Fatalf("%+v: %+v, want a wait", o, a)
+		}
+		got = append(got, a.Delay)
+	}
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 5 * time.Second, time.Second, 2 * time.Second}
+	if !slices.Equal(got, want) {
+		t.Errorf("waits %v, want %v", got, want)
+	}
+	if (Policy{MaxAttempts: 1, Backoff: 2, MaxBackoff: 1, RetryBase: 1, RetryMax: 1}).Validate() == nil {
+		t.Error("MaxBackoff below Backoff validated")
 	}
 }

@@ -73,12 +73,13 @@ type Params struct {
 	// (workload.ScaleArrivals); the horizon is divided by it, so the
 	// batch jobs span the whole run.
 	BatchRate float64
-	// MaxAttempts, Backoff and AbandonAfter are the schedulers' policy
-	// (scheduler.Policy): decisions retried at once after conflicts
-	// before a job backs off, the wait of a job that fits nowhere, and
+	// MaxAttempts, Backoff, MaxBackoff and AbandonAfter are the
+	// schedulers' policy (scheduler.Policy): decisions retried at once
+	// after conflicts before a job backs off, the first wait of a job
+	// that fits nowhere and the longest (0: the cell's default), and
 	// decisions before a job is abandoned.
 	MaxAttempts, AbandonAfter int
-	Backoff                   time.Duration
+	Backoff, MaxBackoff       time.Duration
 	// Horizon ends each run, in the workload's time (0: when every task
 	// has ended).
 	Horizon time.Duration
@@ -107,6 +108,8 @@ func (p Params) Validate() error {
 		return fmt.Errorf("batch arrival rate factor %v: must be positive", p.BatchRate)
 	case p.MaxAttempts <= 0 || p.Backoff <= 0 || p.AbandonAfter < 0:
 		return fmt.Errorf("max attempts %d and back-off %v must be positive, abandon-after %d not negative", p.MaxAttempts, p.Backoff, p.AbandonAfter)
+	case p.MaxBackoff != 0 && p.MaxBackoff < p.Backoff:
+		return fmt.Errorf("max back-off %v is below the back-off %v", p.MaxBackoff, p.Backoff)
 	case p.Horizon < 0:
 		return fmt.Errorf("horizon %v is negative", p.Horizon)
 	}
@@ -144,6 +147,9 @@ func (p Params) modes(kind string) (*framework.Modes, error) {
 func (p Params) policy() scheduler.Policy {
 	pol := scheduler.DefaultPolicy(p.Backoff)
 	pol.MaxAttempts, pol.AbandonAfter = p.MaxAttempts, p.AbandonAfter
+	if p.MaxBackoff > 0 {
+		pol.MaxBackoff = p.MaxBackoff
+	}
 	return pol
 }
 

@@ -95,6 +95,7 @@ func (res *Results) setup() [][2]string {
 		{"decisions retried at once after conflicts", fmt.Sprint(p.MaxAttempts)},
 		{"decisions per job before it is abandoned", fmt.Sprint(p.AbandonAfter)},
 		{"back-off of a job that fits nowhere", p.Backoff.String()},
+		{"longest back-off of a job that fits nowhere", p.policy().MaxBackoff.String()},
 		{"horizon", horizon},
 		{"swept: " + res.XLabel, joinFloats(res.XS) + " (in place of the value above)"},
 		{"series", series},
