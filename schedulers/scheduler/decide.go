@@ -47,7 +47,12 @@ func (s *Scheduler) scheduleJob(ctx context.Context, job string) {
 		case Wait:
 			s.mu.Lock()
 			s.waits++
-			rec.waiting, rec.since, rec.until = Shapes(failedTasks(plan)), s.waits, s.clock.Now().Add(a.Delay)
+			unfit := failedTasks(plan)
+			rec.waiting = &Waiting{Shapes: Shapes(unfit)}
+			if len(unfit) > 0 {
+				rec.waiting.Task = unfit[0]
+			}
+			rec.since, rec.until = s.waits, s.clock.Now().Add(a.Delay)
 			s.mu.Unlock()
 			s.queue.AddAfter(job, a.Delay)
 		case BackOff:

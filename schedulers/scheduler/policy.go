@@ -196,19 +196,37 @@ func Shapes(tasks []*framework.Task) []framework.Room {
 	return out
 }
 
+// Waiting is what a waiting job needs of a machine to make progress: one
+// of the shapes of its unfit tasks (Shapes) fitting its free room, and,
+// for a task like them (Task, the first unfit one), the profile's static
+// filters (labels, taints, constraints) passing.
+type Waiting struct {
+	Shapes []framework.Room
+	Task   *framework.Task
+}
+
 // Wakes reports whether a change to machine m (tasks ending on it, or
-// the machine added, repaired or changed) should try a waiting job
-// whose pending tasks have shapes now rather than after its back-off:
-// m takes new tasks and one of the shapes fits its free room.
-func Wakes(shapes []framework.Room, m *framework.Machine) bool {
+// the machine added, repaired or changed) should try waiting job w now
+// rather than after its back-off: m takes new tasks, one of w's shapes
+// fits its free room, and w's task passes the static filters of p on m.
+// A change that could not make room for the job (a machine it may not
+// use, room too small) leaves it waiting.
+func Wakes(p framework.Profile, w Waiting, m *framework.Machine) bool {
 	if m == nil || m.Unschedulable {
 		return false
 	}
 	free := framework.RoomOf(m)
-	for _, r := range shapes {
-		if r.CPU <= free.CPU && r.Memory <= free.Memory {
-			return true
+	fits := false
+	for _, r := range w.Shapes {
+		fits = fits || r.CPU <= free.CPU && r.Memory <= free.Memory
+	}
+	if !fits || w.Task == nil {
+		return fits
+	}
+	for _, f := range p.Filters {
+		if _, static := f.(framework.Static); static && !f.Filter(w.Task, m).IsSuccess() {
+			return false
 		}
 	}
-	return false
+	return true
 }

@@ -92,24 +92,42 @@ func TestWakes(t *testing.T) {
 	if len(shapes) != 2 {
 		t.Fatalf("shapes %v: want the two distinct requests", shapes)
 	}
-	machine := func(cpu, mem int64, unschedulable bool) *framework.Machine {
-		return &framework.Machine{Capacity: map[string]int64{framework.CPU: 4000, framework.Memory: 32},
+	machine := func(cpu, mem int64, unschedulable bool, zone string) *framework.Machine {
+		return &framework.Machine{Capacity: map[string]int64{framework.CPU: 4000, framework.Memory: 32}, Labels: map[string]string{"zone": zone},
 			Allocated: map[string]int64{framework.CPU: 4000 - cpu, framework.Memory: 32 - mem}, Unschedulable: unschedulable}
 	}
+	w := Waiting{Shapes: shapes, Task: tasks[0]}
+	zoned := framework.Profile{Filters: []framework.FilterPlugin{zoneFilter("a")}}
 	for _, c := range []struct {
+		p    framework.Profile
 		m    *framework.Machine
 		want bool
 	}{
-		{machine(2000, 4, false), true},
-		{machine(1000, 16, false), true},
-		{machine(1000, 8, false), false},
-		{machine(4000, 32, true), false},
-		{nil, false},
+		{framework.Profile{}, machine(2000, 4, false, "b"), true},
+		{framework.Profile{}, machine(1000, 16, false, "b"), true},
+		{framework.Profile{}, machine(1000, 8, false, "b"), false},
+		{framework.Profile{}, machine(4000, 32, true, "a"), false},
+		{framework.Profile{}, nil, false},
+		// Room, but a machine the job's static filters refuse.
+		{zoned, machine(4000, 32, false, "b"), false},
+		{zoned, machine(4000, 32, false, "a"), true},
 	} {
-		if got := Wakes(shapes, c.m); got != c.want {
-			t.Errorf("Wakes(%v, %+v) = %v", shapes, c.m, got)
+		if got := Wakes(c.p, w, c.m); got != c.want {
+			t.Errorf("Wakes(%d filters, %v, %+v) = %v", len(c.p.Filters), shapes, c.m, got)
 		}
 	}
+}
+
+// zoneFilter is a static filter that passes the machines of one zone.
+type zoneFilter string
+
+func (zoneFilter) Name() string { return "zone" }
+func (zoneFilter) Static()      {}
+func (z zoneFilter) Filter(_ *framework.Task, m *framework.Machine) *framework.Status {
+	if m.Labels["zone"] != string(z) {
+		return framework.NewStatus(framework.Unschedulable, "zone", "other zone")
+	}
+	return nil
 }
 
 // A job that fits nowhere waits longer each time in a row, up to

@@ -112,7 +112,7 @@ type Scheduler struct {
 // tasks that fit nowhere.
 type jobRecord struct {
 	st      JobState
-	waiting []framework.Room
+	waiting *Waiting // nil: not waiting
 	since   uint64    // the wait's number (Scheduler.waits)
 	until   time.Time // the wait's back-off ends
 }
@@ -282,7 +282,7 @@ func (s *Scheduler) roomChanged(machine string) {
 	var wake []woken
 	s.mu.Lock()
 	for job, r := range s.jobs {
-		if r.waiting != nil && Wakes(r.waiting, m) {
+		if r.waiting != nil && Wakes(s.cfg.Profile, *r.waiting, m) {
 			r.waiting = nil
 			wake = append(wake, woken{job, r.since})
 		}

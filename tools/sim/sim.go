@@ -633,7 +633,7 @@ func (s *Simulator) wake(m *framework.Machine) {
 		if !w.js.waiting || w.js.wait != w.n {
 			continue // queued since (and maybe waiting again, from a later place)
 		}
-		if scheduler.Wakes(w.js.waitingFor(), m) {
+		if scheduler.Wakes(w.js.sched.profile, w.js.waitingFor(), m) {
 			s.enqueue(w.js)
 			continue
 		}
@@ -714,13 +714,17 @@ func (js *jobState) ftask(i int32) *framework.Task {
 	return js.ftasks[i]
 }
 
-// waitingFor returns the shapes of the job's pending tasks, of which a
-// machine must fit one to wake the job (scheduler.Wakes).
-func (js *jobState) waitingFor() []framework.Room {
+// waitingFor returns what a machine must offer to wake the job
+// (scheduler.Wakes): room for one of its pending tasks' shapes, and its
+// first pending task passing the static filters.
+func (js *jobState) waitingFor() scheduler.Waiting {
+	if len(js.unbound) == 0 {
+		return scheduler.Waiting{}
+	}
 	if js.shapes == nil {
 		js.shapes = scheduler.Shapes(js.pending())
 	}
-	return js.shapes
+	return scheduler.Waiting{Shapes: js.shapes, Task: js.ftask(js.unbound[0])}
 }
 
 // pending returns the job's unbound tasks, for scheduling.
