@@ -112,7 +112,7 @@ type Scheduler struct {
 // tasks that fit nowhere.
 type jobRecord struct {
 	st      JobState
-	waiting *Waiting // nil: not waiting
+	waiting *Waiting  // nil: not waiting
 	since   uint64    // the wait's number (Scheduler.waits)
 	until   time.Time // the wait's back-off ends
 }
