@@ -29,31 +29,7 @@ func TestLeaseExpiry(t *testing.T) {
 	clock.Store(start.UnixNano())
 	now := func() time.Time { return time.Unix(0, clock.Load()) }
 
-	machine, err := clientlib.Create(ctx, c, clientlib.Machines, &troupev1.Machine{Metadata: &troupev1.ObjectMeta{Name: "m1"},
-		Spec: &troupev1.MachineSpec{Capacity: map[string]int64{"cpu": 4000, "memory": 1 << 30}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lease, err := clientlib.Create(ctx, c, clientlib.Leases, &troupev1.Lease{Metadata: &troupev1.ObjectMeta{Name: "m1"}, Holder: "agent",
-		Renewed: timestamppb.New(start), Duration: durationpb.New(10 * time.Second)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Two tasks bound to m1 through the scheduler's commit path.
-	var tasks []*framework.Task
-	for i := range int32(2) {
-		tk, err := clientlib.Create(ctx, c, clientlib.Tasks, &troupev1.Task{Metadata: &troupev1.ObjectMeta{Name: clientlib.TaskName("j", i), Namespace: "ns"},
-			Spec: &troupev1.TaskSpec{Job: "j", Index: i, Template: &troupev1.TaskTemplate{Command: "x", Requests: map[string]int64{"cpu": 1000}}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		key, _ := clientlib.Tasks.Key(tk)
-		tasks = append(tasks, framework.NewTask(key, tk))
-	}
-	snap := &framework.Snapshot{Machines: []*framework.Machine{{Name: "m1", Object: machine, Capacity: machine.GetSpec().GetCapacity()}}}
-	if res, err := framework.CommitPlan(ctx, c, framework.Schedule(framework.Profile{}, snap, tasks), framework.Modes{}, "test", start); err != nil || len(res.Committed) != 2 {
-		t.Fatalf("bind: %v %v", res, err)
-	}
+	lease := machineWithTwoTasks(ctx, t, c, start)
 
 	events, err := clientlib.NewEventRecorder(c, clientlib.DefaultEventRecorderConfig("node-controller"))
 	if err != nil {
@@ -135,4 +111,37 @@ func TestLeaseExpiry(t *testing.T) {
 	clock.Store(start.Add(21 * time.Second).UnixNano())
 	until("machine ready again", func() bool { return phase() == troupev1.MachinePhase_MACHINE_PHASE_READY })
 	until("MachineReady event", event("MachineReady", "Lease renewed: the machine is READY again"))
+}
+
+// machineWithTwoTasks creates machine m1 with a lease renewed at start
+// (which it returns) and two tasks of job ns/j bound to it through the
+// scheduler's commit path.
+func machineWithTwoTasks(ctx context.Context, t *testing.T, s clientlib.Store, start time.Time) *troupev1.Lease {
+	t.Helper()
+	machine, err := clientlib.Create(ctx, s, clientlib.Machines, &troupev1.Machine{Metadata: &troupev1.ObjectMeta{Name: "m1"},
+		Spec: &troupev1.MachineSpec{Capacity: map[string]int64{"cpu": 4000, "memory": 1 << 30}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := clientlib.Create(ctx, s, clientlib.Leases, &troupev1.Lease{Metadata: &troupev1.ObjectMeta{Name: "m1"}, Holder: "agent",
+		Renewed: timestamppb.New(start), Duration: durationpb.New(10 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two tasks bound to m1 through the scheduler's commit path.
+	var tasks []*framework.Task
+	for i := range int32(2) {
+		tk, err := clientlib.Create(ctx, s, clientlib.Tasks, &troupev1.Task{Metadata: &troupev1.ObjectMeta{Name: clientlib.TaskName("j", i), Namespace: "ns"},
+			Spec: &troupev1.TaskSpec{Job: "j", Index: i, Template: &troupev1.TaskTemplate{Command: "x", Requests: map[string]int64{"cpu": 1000}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		key, _ := clientlib.Tasks.Key(tk)
+		tasks = append(tasks, framework.NewTask(key, tk))
+	}
+	snap := &framework.Snapshot{Machines: []*framework.Machine{{Name: "m1", Object: machine, Capacity: machine.GetSpec().GetCapacity()}}}
+	if res, err := framework.CommitPlan(ctx, s, framework.Schedule(framework.Profile{}, snap, tasks), framework.Modes{}, "test", start); err != nil || len(res.Committed) != 2 {
+		t.Fatalf("bind: %v %v", res, err)
+	}
+	return lease
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/troupe-cluster/troupe/cellstore/memstore"
@@ -17,7 +16,6 @@ import (
 	"github.com/troupe-cluster/troupe/clientlib/cache/cachetest"
 	"github.com/troupe-cluster/troupe/controllers/node"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
-	"github.com/troupe-cluster/troupe/schedulers/framework"
 )
 
 // The node lifecycle controller over the in-memory store, no server, on
@@ -33,30 +31,7 @@ func TestCheckOverMemstore(t *testing.T) {
 	clock := cachetest.NewClock(start)
 	s := memstore.New(clock.Now, time.Minute)
 	commits := memstoretest.WatchCommits(s)
-	machine, err := clientlib.Create(ctx, s, clientlib.Machines, &troupev1.Machine{Metadata: &troupev1.ObjectMeta{Name: "m1"},
-		Spec: &troupev1.MachineSpec{Capacity: map[string]int64{"cpu": 4000, "memory": 1 << 30}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lease, err := clientlib.Create(ctx, s, clientlib.Leases, &troupev1.Lease{Metadata: &troupev1.ObjectMeta{Name: "m1"}, Holder: "agent",
-		Renewed: timestamppb.New(start), Duration: durationpb.New(10 * time.Second)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var tasks []*framework.Task
-	for i := range int32(2) {
-		tk, err := clientlib.Create(ctx, s, clientlib.Tasks, &troupev1.Task{Metadata: &troupev1.ObjectMeta{Name: clientlib.TaskName("j", i), Namespace: "ns"},
-			Spec: &troupev1.TaskSpec{Job: "j", Index: i, Template: &troupev1.TaskTemplate{Command: "x", Requests: map[string]int64{"cpu": 1000}}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		key, _ := clientlib.Tasks.Key(tk)
-		tasks = append(tasks, framework.NewTask(key, tk))
-	}
-	snap := &framework.Snapshot{Machines: []*framework.Machine{{Name: "m1", Object: machine, Capacity: machine.GetSpec().GetCapacity()}}}
-	if res, err := framework.CommitPlan(ctx, s, framework.Schedule(framework.Profile{}, snap, tasks), framework.Modes{}, "test", start); err != nil || len(res.Committed) != 2 {
-		t.Fatalf("bind: %v %v", res, err)
-	}
+	lease := machineWithTwoTasks(ctx, t, s, start)
 	cfg := clientlib.DefaultEventRecorderConfig("node-controller")
 	cfg.Now = clock.Now
 	events, err := clientlib.NewEventRecorder(s, cfg)
