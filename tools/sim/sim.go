@@ -46,10 +46,6 @@ import (
 	"github.com/troupe-cluster/troupe/tools/sim/workload"
 )
 
-// epoch is the wall time virtual time 0 maps to, for the store's clock
-// and the objects' timestamps.
-var epoch = time.Date(2011, 5, 1, 0, 0, 0, 0, time.UTC)
-
 // SchedulerConfig is one simulated scheduler.
 type SchedulerConfig struct {
 	Name string
@@ -387,48 +383,6 @@ func (s *Simulator) submit(job workload.Job) error {
 	s.enqueue(js)
 	return nil
 }
-
-// MachineObject returns machine m as the simulator registers it: ready,
-// with its labels and its CPU and memory.
-func MachineObject(m workload.Machine) *troupev1.Machine {
-	return &troupev1.Machine{
-		Metadata: &troupev1.ObjectMeta{Name: m.Name, Labels: m.Labels},
-		Spec:     &troupev1.MachineSpec{Capacity: map[string]int64{"cpu": m.CPU, "memory": m.Memory}},
-		Status:   &troupev1.MachineStatus{Phase: troupev1.MachinePhase_MACHINE_PHASE_READY},
-	}
-}
-
-// Tasks returns the tasks the simulator submits job as, pending for
-// schedulers of kind, at virtual time now, in namespace "sim". A task's
-// index is its position in the job (traces may skip indices).
-func Tasks(job workload.Job, kind string, now time.Duration) []*troupev1.Task {
-	tasks := make([]*troupev1.Task, 0, len(job.Tasks))
-	for pos, t := range job.Tasks {
-		index := int32(pos)
-		tasks = append(tasks, &troupev1.Task{
-			Metadata: &troupev1.ObjectMeta{Name: clientlib.TaskName(job.ID, index), Namespace: "sim"},
-			Spec: &troupev1.TaskSpec{Job: job.ID, Index: index, Type: jobType(job.Type), Priority: job.Priority, Scheduler: kind,
-				Constraints: &troupev1.Constraints{DistinctMachines: job.DistinctMachines, MatchLabels: job.MatchLabels}, Submitted: timestampAt(now),
-				Template: &troupev1.TaskTemplate{Command: "sim", Requests: map[string]int64{"cpu": t.CPU, "memory": t.Memory}}},
-			Status: &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_PENDING},
-		})
-	}
-	return tasks
-}
-
-// End writes into g the end of task t, bound to a machine: it is unbound
-// (its requests given back) and succeeded. It returns the task as
-// written.
-func End(g *clientlib.Group, t *troupev1.Task) *troupev1.Task {
-	m := t.GetBinding().GetMachine()
-	done := clientlib.Unbind(g, t)
-	done.Status = &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_SUCCEEDED, Machine: m}
-	clientlib.PutObject(g, clientlib.Tasks, done)
-	return done
-}
-
-// Epoch is the wall time virtual time 0 maps to.
-func Epoch() time.Time { return epoch }
 
 // schedulerFor returns the scheduler that takes job: among those serving
 // its type, the one whose partition its hash falls in.

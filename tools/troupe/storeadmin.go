@@ -68,18 +68,12 @@ func (a *app) memberCommand(name, short string, flags func(*cobra.Command),
 		Short: short,
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			t, err := a.target(cmd, cf)
+			ctx, admin, done, err := a.adminClient(cmd, cf)
 			if err != nil {
 				return err
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), cf.timeout)
-			defer cancel()
-			conn, err := a.storeConn(ctx, t, cf.timeout)
-			if err != nil {
-				return err
-			}
-			defer conn.Close()
-			members, err := call(ctx, storev1.NewAdminClient(conn))
+			defer done()
+			members, err := call(ctx, admin)
 			if err != nil {
 				return err
 			}
@@ -91,6 +85,23 @@ func (a *app) memberCommand(name, short string, flags func(*cobra.Command),
 	}
 	cf = a.addConnFlags(cmd, time.Minute, "request timeout")
 	return cmd
+}
+
+// adminClient connects to the store of cmd's flags for an administrative
+// call, and returns the call's context (bounded by --timeout) and what
+// releases both.
+func (a *app) adminClient(cmd *cobra.Command, cf *connFlags) (context.Context, storev1.AdminClient, func(), error) {
+	t, err := a.target(cmd, cf)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), cf.timeout)
+	conn, err := a.storeConn(ctx, t, cf.timeout)
+	if err != nil {
+		cancel()
+		return nil, nil, nil, err
+	}
+	return ctx, storev1.NewAdminClient(conn), func() { conn.Close(); cancel() }, nil
 }
 
 // printMembers prints one line per member: the shards it holds a replica
@@ -141,18 +152,12 @@ func (a *app) backupCommand() *cobra.Command {
 			if out == "" {
 				return usagef("give --out FILE")
 			}
-			t, err := a.target(cmd, cf)
+			ctx, admin, done, err := a.adminClient(cmd, cf)
 			if err != nil {
 				return err
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), cf.timeout)
-			defer cancel()
-			conn, err := a.storeConn(ctx, t, cf.timeout)
-			if err != nil {
-				return err
-			}
-			defer conn.Close()
-			stream, err := storev1.NewAdminClient(conn).Backup(ctx, &storev1.BackupRequest{})
+			defer done()
+			stream, err := admin.Backup(ctx, &storev1.BackupRequest{})
 			if err != nil {
 				return err
 			}
