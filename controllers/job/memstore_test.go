@@ -191,7 +191,15 @@ func TestControllerOverMemstore(t *testing.T) {
 	if _, err := clientlib.Create(ctx, c.s, clientlib.Jobs, j); err != nil {
 		t.Fatal(err)
 	}
-	c.until("2 tasks created and counted", c.status("b", "PENDING pending=2 running=0 succeeded=0 failed=0 retries=0"))
+	// The status goes first (a large job shows its counts while its
+	// tasks are written), so the tasks are waited for on their own.
+	c.until("2 tasks counted", c.status("b", "PENDING pending=2 running=0 succeeded=0 failed=0 retries=0"))
+	c.until("2 tasks created", func() error {
+		if n := len(c.tasks("b")); n != 2 {
+			return fmt.Errorf("%d tasks", n)
+		}
+		return nil
+	})
 	ts := c.tasks("b")
 	if len(ts) != 2 || ts[0].GetMetadata().GetVersion() != ts[1].GetMetadata().GetVersion() {
 		t.Fatalf("tasks %v: want 2, created in one request", ts)
