@@ -47,8 +47,9 @@ lint:
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 
-# Regenerate the checked-in protobuf code (needs Debian's protobuf-compiler,
-# protoc-gen-go and protoc-gen-go-grpc).
+# Regenerate the checked-in protobuf code (needs Debian's protobuf-compiler
+# and protoc-gen-go-grpc, and google.golang.org/protobuf's protoc-gen-go
+# v1.28.1 first on PATH: see README).
 proto:
 	protoc -I proto \
 		--go_out=. --go_opt=module=github.com/troupe-cluster/troupe \
