@@ -40,6 +40,10 @@ const (
 	// Replaced: the task failed, was lost, or (a service's) ended; it
 	// becomes its next attempt, pending again.
 	Replaced
+	// Released: the task has ended (its job's controller did not end it:
+	// a lost machine, an abandoning scheduler) and still holds a quota
+	// charge, which it gives back.
+	Released
 )
 
 func (a Action) String() string {
@@ -52,6 +56,8 @@ func (a Action) String() string {
 		return "scale-down"
 	case Replaced:
 		return "replace"
+	case Released:
+		return "release"
 	}
 	return fmt.Sprintf("Action(%d)", int(a))
 }
@@ -244,6 +250,7 @@ func Plan(s State, now time.Time) Changes {
 		}
 		count(status, phase)
 	}
+	ch.Update = release(tasks, ch.Update)
 	for len(missing) > 0 {
 		n := createBatch(missing)
 		ch.Create = append(ch.Create, missing[:n:n])
@@ -252,6 +259,25 @@ func Plan(s State, now time.Time) Changes {
 	status.Retries = retries(tasks, ch.Update)
 	ch.Status, ch.StatusEvents = jobStatus(job, status, exhausted, now)
 	return ch
+}
+
+// release adds to updates the release of the quota charge of each
+// ended task that holds one and is not written otherwise, in index order.
+func release(tasks map[int32]*troupev1.Task, updates []TaskUpdate) []TaskUpdate {
+	written := make(map[int32]bool, len(updates))
+	for _, u := range updates {
+		written[u.From.GetSpec().GetIndex()] = true
+	}
+	n := len(updates)
+	for i, t := range tasks {
+		if finished(t) && t.GetCharge() != nil && !written[i] {
+			u := proto.Clone(t).(*troupev1.Task)
+			u.Charge = nil
+			updates = append(updates, TaskUpdate{Action: Released, From: t, To: u})
+		}
+	}
+	slices.SortFunc(updates[n:], func(a, b TaskUpdate) int { return int(a.From.GetSpec().GetIndex() - b.From.GetSpec().GetIndex()) })
+	return updates
 }
 
 // retries is how many times the job's tasks were replaced: the sum of
@@ -415,6 +441,9 @@ func jobStatus(job *troupev1.Job, st *troupev1.JobStatus, exhausted string, now 
 		st.Phase = troupev1.JobPhase_JOB_PHASE_PENDING
 	}
 	old := job.GetStatus()
+	// Written by others: the scheduler's word on pending tasks, and the
+	// controller's own admission verdict (see Controller.commit).
+	st.Scheduling, st.Admission = old.GetScheduling(), old.GetAdmission()
 	final := st.Phase == troupev1.JobPhase_JOB_PHASE_SUCCEEDED || st.Phase == troupev1.JobPhase_JOB_PHASE_FAILED
 	if final {
 		st.Finished = old.GetFinished()
