@@ -44,6 +44,13 @@ const (
 	// a lost machine, an abandoning scheduler) and still holds a quota
 	// charge, which it gives back.
 	Released
+	// Updated: the task is not of its job's current version; it becomes
+	// its next attempt of that version (a pending batch task keeps its
+	// attempt).
+	Updated
+	// Superseded: a service's task of an older version is stopped, new
+	// ones having taken its place.
+	Superseded
 )
 
 func (a Action) String() string {
@@ -58,6 +65,10 @@ func (a Action) String() string {
 		return "replace"
 	case Released:
 		return "release"
+	case Updated:
+		return "update"
+	case Superseded:
+		return "supersede"
 	}
 	return fmt.Sprintf("Action(%d)", int(a))
 }
@@ -164,7 +175,7 @@ func Observe(t *troupev1.Task, run *troupev1.Run) *TaskUpdate {
 		// A run restarted in place says so: its restarts, its last exit
 		// and the reason (back-off, restarted).
 		st := &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_RUNNING, Restarts: run.GetRestarts(),
-			Reason: run.GetReason(), ExitCode: run.GetExitCode()}
+			Reason: run.GetReason(), ExitCode: run.GetExitCode(), Started: run.GetStarted(), Healthy: run.GetHealthy()}
 		if proto.Equal(t.GetStatus(), st) {
 			return nil
 		}
@@ -203,11 +214,44 @@ func Plan(s State, now time.Time) Changes {
 		return ch
 	}
 	ch := Changes{job: job}
-	spec := job.GetSpec()
+	v := versionsOf(job, now)
 	status := &troupev1.JobStatus{}
-	exhausted := "" // a task that failed with no retries left
 	var missing []*troupev1.Task
-	for i := int32(0); i < spec.GetCount() || int(i) < len(tasks); i++ {
+	exhausted := "" // a batch task that failed with no retries left
+	if job.GetSpec().GetType() == troupev1.JobType_JOB_TYPE_SERVICE && !job.GetSpec().GetStopped() {
+		missing = planService(&ch, s, tasks, v, status, now)
+	} else {
+		missing, exhausted = planIndexed(&ch, s, tasks, v, status, now)
+	}
+	ch.Update = release(tasks, ch.Update)
+	for len(missing) > 0 {
+		n := createBatch(missing)
+		ch.Create = append(ch.Create, missing[:n:n])
+		missing = missing[n:]
+	}
+	status.Retries = retries(tasks, ch.Update)
+	status.Version, status.StableVersion, status.History, status.Rollout = v.cur.GetVersion(), v.stable, v.history, v.rollout
+	ch.Status, ch.StatusEvents = jobStatus(job, status, exhausted, now)
+	if ch.Status != nil {
+		ch.StatusEvents = append(v.events, ch.StatusEvents...)
+	}
+	return ch
+}
+
+// planIndexed plans a batch job, or a stopped one: task i for each
+// index below the count, each replaced (up to max_retries) when it
+// fails or is lost, the tasks above the count (all, when the job is
+// stopped) stopped; a pending task not yet placed runs the job's
+// current version. It returns the tasks to create, and the name of a
+// task that failed with no retries left.
+func planIndexed(ch *Changes, s State, tasks map[int32]*troupev1.Task, v *versions, status *troupev1.JobStatus,
+	now time.Time) (missing []*troupev1.Task, exhausted string) {
+	job, spec := s.Job, s.Job.GetSpec()
+	end := spec.GetCount()
+	for i := range tasks {
+		end = max(end, i+1)
+	}
+	for i := range end {
 		t, exists := tasks[i]
 		switch {
 		case spec.GetStopped() || i >= spec.GetCount():
@@ -224,15 +268,18 @@ func Plan(s State, now time.Time) Changes {
 		case !exists && s.Unreadable != nil && s.Unreadable(i):
 			continue // skipped: not recreated over, nor counted
 		case !exists:
-			missing = append(missing, newTask(job, i, now))
+			missing = append(missing, newTask(job, v.cur, i, now))
 			status.Pending++
 			continue
 		}
 		phase := t.GetStatus().GetPhase()
-		retry := phase == troupev1.TaskPhase_TASK_PHASE_FAILED || phase == troupev1.TaskPhase_TASK_PHASE_LOST ||
-			(phase == troupev1.TaskPhase_TASK_PHASE_SUCCEEDED && spec.GetType() == troupev1.JobType_JOB_TYPE_SERVICE)
-		batch := spec.GetType() == troupev1.JobType_JOB_TYPE_BATCH
-		if retry && batch && (t.GetSpec().GetAttempt() >= spec.GetMaxRetries() ||
+		if clientlib.Pending(t) && taskVersion(t) != v.cur.GetVersion() {
+			u := proto.Clone(t).(*troupev1.Task)
+			setVersion(u.Spec, v.cur)
+			ch.Update = append(ch.Update, TaskUpdate{Action: Updated, From: t, To: u})
+		}
+		retry := phase == troupev1.TaskPhase_TASK_PHASE_FAILED || phase == troupev1.TaskPhase_TASK_PHASE_LOST
+		if retry && (t.GetSpec().GetAttempt() >= spec.GetMaxRetries() ||
 			phase == troupev1.TaskPhase_TASK_PHASE_FAILED && restartsInPlace(t.GetSpec())) {
 			exhausted = t.GetMetadata().GetName()
 			retry = false
@@ -240,7 +287,7 @@ func Plan(s State, now time.Time) Changes {
 		if retry {
 			wait := spec.GetRetryBackoff().AsDuration() - now.Sub(t.GetStatus().GetFinished().AsTime())
 			if t.GetStatus().GetFinished() == nil || wait <= 0 {
-				ch.Update = append(ch.Update, replace(job, t, now))
+				ch.Update = append(ch.Update, replace(job, v.cur, t, now))
 				status.Pending++
 				continue
 			}
@@ -250,15 +297,7 @@ func Plan(s State, now time.Time) Changes {
 		}
 		count(status, phase)
 	}
-	ch.Update = release(tasks, ch.Update)
-	for len(missing) > 0 {
-		n := createBatch(missing)
-		ch.Create = append(ch.Create, missing[:n:n])
-		missing = missing[n:]
-	}
-	status.Retries = retries(tasks, ch.Update)
-	ch.Status, ch.StatusEvents = jobStatus(job, status, exhausted, now)
-	return ch
+	return missing, exhausted
 }
 
 // release adds to updates the release of the quota charge of each
@@ -291,9 +330,7 @@ func retries(tasks map[int32]*troupev1.Task, updates []TaskUpdate) int32 {
 		n += t.GetSpec().GetAttempt()
 	}
 	for _, u := range updates {
-		if u.Action == Replaced {
-			n++
-		}
+		n += u.To.GetSpec().GetAttempt() - u.From.GetSpec().GetAttempt()
 	}
 	return n
 }
@@ -357,28 +394,28 @@ func createBatch(tasks []*troupev1.Task) int {
 
 // newTask returns task i of job, its first attempt, pending for the job's
 // scheduler.
-func newTask(job *troupev1.Job, i int32, now time.Time) *troupev1.Task {
+func newTask(job *troupev1.Job, v *troupev1.JobVersion, i int32, now time.Time) *troupev1.Task {
 	spec := job.GetSpec()
 	t := &troupev1.Task{
 		Metadata: &troupev1.ObjectMeta{Name: clientlib.TaskName(job.GetMetadata().GetName(), i), Namespace: job.GetMetadata().GetNamespace(),
 			Labels: job.GetMetadata().GetLabels()},
-		Spec: &troupev1.TaskSpec{Job: job.GetMetadata().GetName(), Index: i, Template: spec.GetTemplate(), Type: spec.GetType(),
-			Priority: spec.GetPriority(), Scheduler: spec.GetScheduler(), Constraints: spec.GetConstraints(),
-			Tolerations: spec.GetTolerations(), GangMin: spec.GetGangMin(), Submitted: timestamppb.New(now)},
+		Spec: &troupev1.TaskSpec{Job: job.GetMetadata().GetName(), Index: i, Type: spec.GetType(),
+			Priority: spec.GetPriority(), Scheduler: spec.GetScheduler(), GangMin: spec.GetGangMin(), Submitted: timestamppb.New(now)},
 		Status: &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_PENDING},
 	}
+	setVersion(t.Spec, v)
 	setRestarts(t.Spec, spec)
 	return t
 }
 
 // replace turns finished task t into its next attempt, pending again,
 // with the Retrying (batch) or Replaced (service) event.
-func replace(job *troupev1.Job, t *troupev1.Task, now time.Time) TaskUpdate {
+func replace(job *troupev1.Job, v *troupev1.JobVersion, t *troupev1.Task, now time.Time) TaskUpdate {
 	u := proto.Clone(t).(*troupev1.Task)
 	u.Binding = nil
 	u.Spec.Attempt++
 	u.Spec.Submitted = timestamppb.New(now)
-	u.Spec.Template = job.GetSpec().GetTemplate()
+	setVersion(u.Spec, v)
 	setRestarts(u.Spec, job.GetSpec())
 	u.Status = &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_PENDING, Reason: fmt.Sprintf("attempt %d after: %s", u.Spec.Attempt, t.GetStatus().GetReason())}
 	return TaskUpdate{Action: Replaced, From: t, To: u, Events: []Event{retried(job, t)}}
@@ -402,11 +439,15 @@ func restartsInPlace(t *troupev1.TaskSpec) bool {
 	return p == troupev1.RestartPolicy_RESTART_POLICY_ON_FAILURE || p == troupev1.RestartPolicy_RESTART_POLICY_ALWAYS
 }
 
+func lowerPhase(p troupev1.TaskPhase) string {
+	return strings.ToLower(strings.TrimPrefix(p.String(), "TASK_PHASE_"))
+}
+
 // retried is the event of the replacement of finished task t by its next
 // attempt.
 func retried(job *troupev1.Job, t *troupev1.Task) Event {
 	spec, st := job.GetSpec(), t.GetStatus()
-	prev := fmt.Sprintf("attempt %d %s", t.GetSpec().GetAttempt(), strings.ToLower(strings.TrimPrefix(st.GetPhase().String(), "TASK_PHASE_")))
+	prev := fmt.Sprintf("attempt %d %s", t.GetSpec().GetAttempt(), lowerPhase(st.GetPhase()))
 	if st.GetPhase() == troupev1.TaskPhase_TASK_PHASE_FAILED {
 		prev += fmt.Sprintf(" with exit code %d", st.GetExitCode())
 	}

@@ -24,16 +24,25 @@ package job_test
 //
 //	job [name=web] [type=batch|service] [count=N] [max-retries=N] [backoff=DUR]
 //	    [restart=never|on-failure|always] [gang-min=N] [stopped[=false]]
+//	    [command=CMD] [health-check=CMD] [cause=TEXT]
 //	    The job: the first creates it with the defaults a write through
-//	    clientlib gives it; later ones change the fields given.
+//	    clientlib gives it; later ones change the fields given (command
+//	    and health-check change its task template: a new version; cause
+//	    sets its change-cause annotation).
+//	update [max-unavailable=N] [max-surge=N] [canary=N] [min-healthy=DUR]
+//	    [deadline=DUR] [auto-revert]
+//	    Sets the job's update strategy (not a new version).
+//	promote
+//	    Promotes the canaries of the job's rollout (troupe job promote).
 //	delete-job
 //	    The job is gone.
 //	bind index=I machine=M
 //	    A scheduler binds task I to machine M (phase BOUND).
 //	run index=I phase=starting|running|succeeded|failed|killed [exit=N] [restarts=N]
-//	    [reason=WORD] [attempt=N]
+//	    [reason=WORD] [attempt=N] [healthy]
 //	    Task I's agent reports its Run (of the task's attempt unless
-//	    attempt= says otherwise); a final phase has finished now.
+//	    attempt= says otherwise); a final phase has finished now;
+//	    healthy: its health check passes.
 //	lose machine=M
 //	    The node controller releases the tasks bound to M: unbound, LOST.
 //	task index=I [phase=P] [attempt=N] [exit=N] [reason=WORD] [finished=DUR]
@@ -91,6 +100,8 @@ type jobScript struct {
 
 var jobCommands = map[string]func(*jobScript, *scripttest.Args) string{
 	"job":         (*jobScript).cmdJob,
+	"update":      (*jobScript).cmdUpdate,
+	"promote":     (*jobScript).cmdPromote,
 	"delete-job":  (*jobScript).cmdDeleteJob,
 	"bind":        (*jobScript).cmdBind,
 	"run":         (*jobScript).cmdRun,
@@ -146,12 +157,49 @@ func (s *jobScript) cmdJob(a *scripttest.Args) string {
 	if a.Has("stopped") {
 		spec.Stopped = a.Flag("stopped")
 	}
+	if a.Has("command") || a.Has("health-check") {
+		spec.Template = proto.Clone(spec.Template).(*troupev1.TaskTemplate)
+		spec.Template.Command = a.Str("command", spec.Template.Command)
+		if a.Has("health-check") {
+			spec.Template.HealthCheck = &troupev1.HealthCheck{Command: a.Str("health-check", "")}
+		}
+	}
+	if a.Has("cause") {
+		j.Metadata.Annotations = map[string]string{job.ChangeCauseAnnotation: a.Str("cause", "")}
+	}
 	if s.job == nil {
 		clientlib.Default(j) // as a write through clientlib
 		if err := clientlib.Validate(clientlib.Jobs, j); err != nil {
 			a.Fatalf("%v", err)
 		}
 	}
+	j.Metadata.Version = s.nextVersion()
+	s.job = j
+	return describeJob(j)
+}
+
+func (s *jobScript) cmdUpdate(a *scripttest.Args) string {
+	j := proto.Clone(s.job).(*troupev1.Job)
+	u := &troupev1.UpdateStrategy{MaxUnavailable: a.Int("max-unavailable", 0), MaxSurge: a.Int("max-surge", 0),
+		Canary: a.Int("canary", 0), AutoRevert: a.Flag("auto-revert")}
+	if a.Has("min-healthy") {
+		u.MinHealthy = durationpb.New(a.Duration("min-healthy", 0))
+	}
+	if a.Has("deadline") {
+		u.ProgressDeadline = durationpb.New(a.Duration("deadline", 0))
+	}
+	j.Spec.Update = u
+	j.Metadata.Version = s.nextVersion()
+	s.job = j
+	return fmt.Sprintf("update %v", u)
+}
+
+func (s *jobScript) cmdPromote(a *scripttest.Args) string {
+	j := proto.Clone(s.job).(*troupev1.Job)
+	if j.GetStatus().GetRollout() == nil {
+		a.Fatalf("no rollout to promote")
+	}
+	j.Status.Rollout.Promoted = true
 	j.Metadata.Version = s.nextVersion()
 	s.job = j
 	return describeJob(j)
@@ -207,7 +255,7 @@ func (s *jobScript) cmdRun(a *scripttest.Args) string {
 	key := fmt.Sprintf("%s/%d", m, t.GetSpec().GetIndex())
 	r := &troupev1.Run{Metadata: &troupev1.ObjectMeta{Name: clientlib.TaskRef("ns", t.GetSpec().GetJob(), t.GetSpec().GetIndex())},
 		Machine: m, Phase: phase, ExitCode: a.Int("exit", 0), Reason: a.Str("reason", ""), Restarts: a.Int("restarts", 0),
-		Attempt: a.Int("attempt", t.GetSpec().GetAttempt()), Started: s.now()}
+		Attempt: a.Int("attempt", t.GetSpec().GetAttempt()), Started: s.now(), Healthy: a.Flag("healthy")}
 	if old, ok := s.runs[key]; ok && old.GetAttempt() == r.GetAttempt() {
 		r.Started = old.GetStarted()
 	}
@@ -401,6 +449,26 @@ func describeStatus(st *troupev1.JobStatus) string {
 	if st.GetMessage() != "" {
 		line += fmt.Sprintf(" message=%q", st.GetMessage())
 	}
+	if st.GetVersion() > 1 || st.GetRollout() != nil {
+		line += fmt.Sprintf("\n  version=%d stable=%d history:", st.GetVersion(), st.GetStableVersion())
+		for _, h := range st.GetHistory() {
+			line += fmt.Sprintf(" %d(%s", h.GetVersion(), h.GetCause())
+			if h.GetFailed() {
+				line += ", failed"
+			}
+			line += ")"
+		}
+	}
+	if r := st.GetRollout(); r != nil {
+		line += fmt.Sprintf("\n  rollout: %s %d->%d updated=%d healthy=%d", lower(r.GetState().String(), "ROLLOUT_STATE_"),
+			r.GetFromVersion(), r.GetToVersion(), r.GetUpdated(), r.GetHealthy())
+		if r.GetPromoted() {
+			line += " promoted"
+		}
+		if r.GetMessage() != "" {
+			line += fmt.Sprintf(" message=%q", r.GetMessage())
+		}
+	}
 	return line
 }
 
@@ -413,6 +481,12 @@ func describeTask(t *troupev1.Task) string {
 func describeTaskState(t *troupev1.Task) string {
 	st := t.GetStatus()
 	line := fmt.Sprintf("attempt=%d %s", t.GetSpec().GetAttempt(), lower(st.GetPhase().String(), "TASK_PHASE_"))
+	if v := t.GetSpec().GetJobVersion(); v > 1 {
+		line += fmt.Sprintf(" v%d", v)
+	}
+	if st.GetHealthy() {
+		line += " healthy"
+	}
 	if m := t.GetBinding().GetMachine(); m != "" {
 		line += " on=" + m
 	}
