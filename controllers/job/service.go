@@ -83,7 +83,9 @@ func planService(ch *Changes, s State, tasks map[int32]*troupev1.Task, v *versio
 		count(status, t.GetStatus().GetPhase())
 		p.retryIn(p.backoff(t))
 	}
-	slices.SortStableFunc(ch.Update, func(a, b TaskUpdate) int { return cmp.Compare(a.From.GetSpec().GetIndex(), b.From.GetSpec().GetIndex()) })
+	slices.SortStableFunc(ch.Update, func(a, b TaskUpdate) int {
+		return cmp.Compare(a.From.GetSpec().GetIndex(), b.From.GetSpec().GetIndex())
+	})
 	return p.missing
 }
 
