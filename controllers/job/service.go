@@ -58,7 +58,7 @@ func planService(ch *Changes, s State, tasks map[int32]*troupev1.Task, v *versio
 		t := tasks[i]
 		switch {
 		case !finished(t):
-			if taskVersion(t) == v.cur.Version {
+			if p.current(t) {
 				p.fresh = append(p.fresh, t)
 			} else {
 				p.old = append(p.old, t)
@@ -101,7 +101,7 @@ func (p *service) rollout() {
 			p.v.fail(p.job, why, p.now)
 			// A revert makes every live task old; a halt leaves the
 			// tasks as they are.
-			p.fresh, p.old = p.split(p.v.cur.Version)
+			p.fresh, p.old = p.split()
 			r = p.v.rollout
 			active = r.GetState() == troupev1.RolloutState_ROLLOUT_STATE_ROLLING
 		}
@@ -169,14 +169,24 @@ func (p *service) rollout() {
 	p.progress(r, true)
 }
 
-// available counts the live tasks that serve: old ones running, new
-// ones healthy.
+// available counts the live tasks that serve: old ones running (those
+// of a failed version too: a revert takes them down no faster than an
+// update would), new ones healthy.
 func (p *service) available(healthy int) int {
 	n := healthy
 	for _, t := range p.old {
 		n += running(t)
 	}
 	return n
+}
+
+// current reports whether t runs the job's current version: it is of
+// it, or runs the same (a revert's tasks are those of the stable
+// version, whose tasks stay).
+func (p *service) current(t *troupev1.Task) bool {
+	s := t.GetSpec()
+	return taskVersion(t) == p.v.cur.Version ||
+		sameContent(&troupev1.JobVersion{Template: s.GetTemplate(), Constraints: s.GetConstraints(), Tolerations: s.GetTolerations()}, p.v.cur)
 }
 
 // scale brings the live tasks (and waiting replicas) to n: it stops
@@ -191,7 +201,7 @@ func (p *service) scale(n int) {
 		return
 	}
 	current := func(t *troupev1.Task) int {
-		if taskVersion(t) == p.v.cur.Version {
+		if p.current(t) {
 			return 1
 		}
 		return 0
@@ -257,19 +267,27 @@ func (p *service) stop(t *troupev1.Task, action Action, reason string) TaskUpdat
 }
 
 // failure says why the rollout to the current version fails, if it
-// does: a task of the version failed or was lost since it began, or one
-// is still not healthy its progress deadline after it was submitted.
+// does: a task of the version failed or was lost since it began, or was
+// restarted by its agent, or is still not healthy its progress deadline
+// after it was submitted.
 func (p *service) failure() string {
 	started := p.v.rollout.GetStarted().AsTime()
 	for _, t := range p.ended {
 		st := t.GetStatus()
-		if taskVersion(t) == p.v.cur.Version && st.GetPhase() != troupev1.TaskPhase_TASK_PHASE_STOPPED && st.GetPhase() != troupev1.TaskPhase_TASK_PHASE_SUCCEEDED &&
+		if p.current(t) && st.GetPhase() != troupev1.TaskPhase_TASK_PHASE_STOPPED && st.GetPhase() != troupev1.TaskPhase_TASK_PHASE_SUCCEEDED &&
 			!st.GetFinished().AsTime().Before(started) {
 			why := fmt.Sprintf("task %s %s", t.GetMetadata().GetName(), lowerPhase(st.GetPhase()))
 			if st.GetPhase() == troupev1.TaskPhase_TASK_PHASE_FAILED {
 				why += fmt.Sprintf(" with exit code %d", st.GetExitCode())
 			}
 			return why
+		}
+	}
+	for _, t := range p.fresh {
+		// Restarted in place by its agent (restart policy ALWAYS or
+		// ON_FAILURE): it crashed.
+		if st := t.GetStatus(); st.GetRestarts() > 0 {
+			return fmt.Sprintf("task %s restarted %d time(s), last with exit code %d", t.GetMetadata().GetName(), st.GetRestarts(), st.GetExitCode())
 		}
 	}
 	deadline := p.spec.GetUpdate().GetProgressDeadline().AsDuration()
@@ -331,9 +349,9 @@ func (p *service) progress(r *troupev1.Rollout, active bool) {
 	}
 }
 
-func (p *service) split(v int32) (fresh, old []*troupev1.Task) {
+func (p *service) split() (fresh, old []*troupev1.Task) {
 	for _, t := range append(p.fresh, p.old...) {
-		if taskVersion(t) == v {
+		if p.current(t) {
 			fresh = append(fresh, t)
 		} else {
 			old = append(old, t)

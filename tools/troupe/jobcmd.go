@@ -141,61 +141,25 @@ func (a *app) jobCommand() *cobra.Command {
 	}
 	return group(&cobra.Command{
 		Use:   "job",
-		Short: "Run a job file, stop a job",
-	}, run, a.jobStopCommand())
+		Short: "Run a job file; stop, promote or roll back a job; list its versions",
+	}, run, a.jobStopCommand(), a.jobPromoteCommand(), a.jobRollbackCommand(), a.jobHistoryCommand())
 }
 
 // jobStopCommand is `troupe job stop NAME`: the job's tasks are stopped,
 // the job kept.
 func (a *app) jobStopCommand() *cobra.Command {
-	var (
-		ns string
-		cf *connFlags
-	)
-	cmd := &cobra.Command{
-		Use:   "stop NAME",
-		Short: "Stop a job: its tasks stop, the job stays (delete removes it)",
-		Args:  exactArgs(1, "a job's NAME (or NAMESPACE/NAME)"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, _, ctx, cancel, err := a.connect(cmd, cf)
-			if err != nil {
-				return err
-			}
-			defer cancel()
-			defer c.Close()
-			key, _, _ := namespacedKey(ns)(args[0])
-			return stopJob(ctx, c, a.out, key)
-		},
-	}
-	cmd.Flags().StringVarP(&ns, "namespace", "n", defaultNamespace, "namespace")
-	cf = a.addConnFlags(cmd, 10*time.Second, "request timeout")
-	return cmd
+	return a.jobNameCommand("stop NAME", "Stop a job: its tasks stop, the job stays (delete removes it)", "",
+		exactArgs(1, "a job's NAME (or NAMESPACE/NAME)"),
+		func(ctx context.Context, c *clientlib.Client, key string, _ []string) error { return stopJob(ctx, c, a.out, key) })
 }
 
 // stopJob marks the job at key ("<namespace>/<name>") stopped.
 func stopJob(ctx context.Context, c *clientlib.Client, out io.Writer, key string) error {
-	for attempt := 0; attempt < 5; attempt++ {
-		j, err := clientlib.Get(ctx, c, clientlib.Jobs, clientlib.Jobs.Prefix+key)
-		if errors.Is(err, clientlib.ErrNotFound) {
-			return errNotFound("job " + key)
-		}
-		if err != nil {
-			return err
-		}
+	return updateJob(ctx, c, out, key, func(j *troupev1.Job) (string, error) {
 		if j.GetSpec().GetStopped() {
-			fmt.Fprintf(out, "job/%s already stopped\n", key)
-			return nil
+			return "", errUnchanged("already stopped")
 		}
 		j.Spec.Stopped = true
-		_, err = clientlib.Update(ctx, c, clientlib.Jobs, j)
-		var ce *clientlib.ConflictError
-		if errors.As(err, &ce) {
-			continue // the controller updated the job's status: read again
-		}
-		if err == nil {
-			fmt.Fprintf(out, "job/%s stopped\n", key)
-		}
-		return err
-	}
-	return errors.New("job stop: the job keeps changing; try again")
+		return "stopped", nil
+	})
 }
