@@ -150,7 +150,9 @@ func (a *app) jobCommand() *cobra.Command {
 func (a *app) jobStopCommand() *cobra.Command {
 	return a.jobNameCommand("stop NAME", "Stop a job: its tasks stop, the job stays (delete removes it)", "",
 		exactArgs(1, "a job's NAME (or NAMESPACE/NAME)"),
-		func(ctx context.Context, c *clientlib.Client, key string, _ []string) error { return stopJob(ctx, c, a.out, key) })
+		func(ctx context.Context, c *clientlib.Client, key string, _ []string) error {
+			return stopJob(ctx, c, a.out, key)
+		})
 }
 
 // stopJob marks the job at key ("<namespace>/<name>") stopped.
