@@ -15,6 +15,13 @@
 // replaces the task by its next attempt, which comes back as a new
 // binding, maybe on another machine.
 //
+// While the process of a task with a health check runs, the agent runs the
+// check beside it (see healthChecks) and keeps its Run's healthy at
+// whether the last check passed, writing the Run only when that changes;
+// a process that ends leaves it unhealthy. A runtime whose processes run
+// no checks (Sim: hollow machines) has the task healthy while its process
+// runs.
+//
 // A binding whose stored value cannot be read (see clientlib.DecodeAt) is
 // skipped, logged once and recorded as an Unreadable event on the
 // machine; such a value at the machine's own machine, lease or run keys,

@@ -291,7 +291,7 @@ func deleteWhilePlacing(tb testing.TB, fs followed, count, machines int) time.Du
 	ctx, cancel := context.WithTimeout(tb.Context(), 5*time.Minute)
 	defer cancel()
 	s := fs.Store
-	w := &jobWatch{tasks: map[string]bool{}, started: map[string]bool{}, alloc: map[string]int64{}, next: make(chan struct{})}
+	w := &jobWatch{follower: newFollower(), tasks: map[string]bool{}, started: map[string]bool{}, alloc: map[string]int64{}}
 	fs.follow(ctx, w.observe)
 	var wg sync.WaitGroup
 	defer func() {
@@ -367,29 +367,29 @@ func deleteWhilePlacing(tb testing.TB, fs followed, count, machines int) time.Du
 	return cleanup
 }
 
-// jobWatch follows a memstore's commits of job ns/big: its live tasks
-// and bindings, the CPU allocated, and from its deletion on, every
-// creation, binding or first start of one of its tasks (violations).
-type jobWatch struct {
-	mu         sync.Mutex
-	next       chan struct{} // closed by the next commit
-	deleted    bool
-	tasks      map[string]bool  // live task keys
-	started    map[string]bool  // runs reported RUNNING
-	alloc      map[string]int64 // cpu counters
-	bindings   int
-	killed     int
-	violations []string
+// follower wakes those waiting for a condition on what its embedder
+// follows, which it keeps under mu, at every commit it is told of.
+type follower struct {
+	mu   sync.Mutex
+	next chan struct{} // closed by the next commit
 }
 
-// until returns once cond, called with w locked, holds, looking at it
-// now and after each commit; it fails the test if ctx ends first.
-func (w *jobWatch) until(ctx context.Context, tb testing.TB, what string, cond func() error) {
+func newFollower() follower { return follower{next: make(chan struct{})} }
+
+// committed, with mu held, wakes the waiters: a commit was followed.
+func (f *follower) committed() {
+	close(f.next)
+	f.next = make(chan struct{})
+}
+
+// until returns once cond, called with mu held, holds, looking at it now
+// and after each commit; it fails the test if ctx ends first.
+func (f *follower) until(ctx context.Context, tb testing.TB, what string, cond func() error) {
 	tb.Helper()
 	for {
-		w.mu.Lock()
-		next, err := w.next, cond()
-		w.mu.Unlock()
+		f.mu.Lock()
+		next, err := f.next, cond()
+		f.mu.Unlock()
 		if err == nil {
 			return
 		}
@@ -401,13 +401,24 @@ func (w *jobWatch) until(ctx context.Context, tb testing.TB, what string, cond f
 	}
 }
 
+// jobWatch follows a memstore's commits of job ns/big: its live tasks
+// and bindings, the CPU allocated, and from its deletion on, every
+// creation, binding or first start of one of its tasks (violations).
+type jobWatch struct {
+	follower
+	deleted    bool
+	tasks      map[string]bool  // live task keys
+	started    map[string]bool  // runs reported RUNNING
+	alloc      map[string]int64 // cpu counters
+	bindings   int
+	killed     int
+	violations []string
+}
+
 func (w *jobWatch) observe(cs *storev1.ChangeSet) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	defer func() {
-		close(w.next)
-		w.next = make(chan struct{})
-	}()
+	defer w.committed()
 	for _, ev := range cs.GetEvents() {
 		kv, put := ev.GetKv(), ev.GetType() == storev1.EventType_EVENT_TYPE_PUT
 		switch k := kv.GetKey(); {

@@ -145,7 +145,7 @@ func (a *Agent) run(ctx context.Context, b *troupev1.Binding, t *task) {
 	}
 	for {
 		began := a.cfg.Now()
-		exit := a.once(ctx, b, t, func() { report(run) })
+		exit := a.once(ctx, b, t, run, report)
 		if ctx.Err() != nil {
 			return
 		}
@@ -176,11 +176,12 @@ func (a *Agent) run(ctx context.Context, b *troupev1.Binding, t *task) {
 	}
 }
 
-// once starts the task's process as its user (see runAs), calls running
-// once it runs, and waits for it to end. A process that cannot start is a
-// failed run; one refused for its user is recorded as an event too, and
-// is not restarted.
-func (a *Agent) once(ctx context.Context, b *troupev1.Binding, t *task, running func()) runtime.Exit {
+// once starts the task's process as its user (see runAs), reports run once
+// it runs, runs its health check beside it (see checkHealth), and waits
+// for it to end; run is then unhealthy, whatever it was. A process that
+// cannot start is a failed run; one refused for its user is recorded as
+// an event too, and is not restarted.
+func (a *Agent) once(ctx context.Context, b *troupev1.Binding, t *task, run *troupev1.Run, report func(*troupev1.Run)) runtime.Exit {
 	user, err := a.runAs(ctx, b)
 	var proc runtime.Process
 	if err == nil {
@@ -194,9 +195,18 @@ func (a *Agent) once(ctx context.Context, b *troupev1.Binding, t *task, running 
 		return runtime.Exit{Code: -1, Reason: err.Error(), Refused: refused}
 	}
 	t.setProc(proc, a.cfg.StopGrace)
-	running()
+	hc := b.GetTask().GetTemplate().GetHealthCheck()
+	checker, checks := proc.(runtime.Checker)
+	// A process without checks (a hollow machine's) has nothing to check:
+	// its task is healthy while it runs, from its running report on.
+	run.Healthy = hc != nil && !checks
+	report(run)
+	if hc != nil && checks {
+		a.checkHealth(ctx, b, t, proc, checker, run, report)
+	}
 	<-proc.Done()
 	t.setProc(nil, a.cfg.StopGrace)
+	run.Healthy = false
 	return proc.Exit()
 }
 

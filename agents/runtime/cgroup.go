@@ -175,9 +175,6 @@ func setupV2(own, parent string) error {
 type cgroup struct {
 	v2          bool
 	cpu, memory string
-	// fd is the open v2 cgroup a process starts in (SysProcAttr.CgroupFD),
-	// until it has started.
-	fd *os.File
 }
 
 // dirs are the cgroup's directories, each once.
@@ -217,14 +214,6 @@ func (c *Cgroups) create(ref string, cpu, memory int64) (*cgroup, error) {
 	if err := g.limit(cpu, memory); err != nil {
 		g.remove()
 		return nil, err
-	}
-	if g.v2 {
-		fd, err := os.Open(g.cpu)
-		if err != nil {
-			g.remove()
-			return nil, fmt.Errorf("cgroup: %w", err)
-		}
-		g.fd = fd
 	}
 	return g, nil
 }
@@ -268,11 +257,25 @@ func (g *cgroup) file(name string) string {
 	return filepath.Join(g.cpu, name)
 }
 
+// open opens a v2 cgroup, for a process to start inside
+// (SysProcAttr.CgroupFD); the caller closes it once the process started.
+// It is nil in v1, where join moves the process in.
+func (g *cgroup) open() (*os.File, error) {
+	if !g.v2 {
+		return nil, nil
+	}
+	fd, err := os.Open(g.cpu)
+	if err != nil {
+		return nil, fmt.Errorf("cgroup: %w", err)
+	}
+	return fd, nil
+}
+
 // join moves process pid, just started, into a v1 cgroup; a v2 process
-// started inside, and its cgroup's descriptor is closed.
+// started inside (see open).
 func (g *cgroup) join(pid int) error {
-	if g.fd != nil {
-		return g.closeFD()
+	if g.v2 {
+		return nil
 	}
 	for _, d := range g.dirs() {
 		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
@@ -323,7 +326,7 @@ func readCount(path, key string) (int64, bool) {
 // ended) and removes its directories, waiting up to a second for the
 // killed processes to leave.
 func (g *cgroup) remove() error {
-	errs := []error{g.closeFD()}
+	var errs []error
 	for _, d := range g.dirs() {
 		if g.v2 && os.WriteFile(filepath.Join(d, "cgroup.kill"), []byte("1"), 0o644) == nil {
 			continue
@@ -350,13 +353,4 @@ func (g *cgroup) remove() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func (g *cgroup) closeFD() error {
-	if g.fd == nil {
-		return nil
-	}
-	err := g.fd.Close()
-	g.fd = nil
-	return err
 }

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,28 +16,41 @@ import (
 )
 
 // The test binary doubles as a task: with TROUPE_TEST_ALLOC_MIB set it
-// allocates that much memory, once it runs inside a troupe cgroup.
+// allocates that much memory, once it runs inside a troupe cgroup; and as
+// a health check: with TROUPE_TEST_CHECK set it writes what it runs as to
+// that file (see checkReport).
 func TestMain(m *testing.M) {
 	if mib := os.Getenv("TROUPE_TEST_ALLOC_MIB"); mib != "" {
 		os.Exit(allocate(mib))
 	}
+	if out := os.Getenv("TROUPE_TEST_CHECK"); out != "" {
+		os.Exit(checkReport(out))
+	}
 	os.Exit(m.Run())
 }
 
-// allocate waits (v1 moves a task in just after it starts) until this
-// process is in a troupe memory cgroup, then touches n MiB.
-func allocate(mib string) int {
-	n, _ := strconv.Atoi(mib)
+// awaitTroupeCgroup waits (v1 moves a process in just after it starts)
+// until this process is in a troupe memory cgroup.
+func awaitTroupeCgroup() error {
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
 		b, _ := os.ReadFile("/proc/self/cgroup")
 		self := parseSelfCgroup(string(b))
 		if strings.Contains(self["memory"], "/troupe/") || strings.Contains(self[""], "/troupe/") {
-			break
+			return nil
 		}
 		if time.Now().After(deadline) {
-			fmt.Fprintln(os.Stderr, "never moved into a troupe cgroup")
-			return 2
+			return errors.New("never moved into a troupe cgroup")
 		}
+	}
+}
+
+// allocate waits until this process is in a troupe cgroup, then touches
+// n MiB.
+func allocate(mib string) int {
+	n, _ := strconv.Atoi(mib)
+	if err := awaitTroupeCgroup(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
 	}
 	var keep [][]byte
 	for range n {
@@ -118,8 +132,12 @@ func TestCgroupV2Files(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer g.closeFD()
-	if !strings.HasPrefix(filepath.Base(g.cpu), "ns_web_3-") || g.fd == nil {
+	fd, err := g.open()
+	if err != nil || fd == nil {
+		t.Fatalf("open for a process to start inside: %v %v", fd, err)
+	}
+	fd.Close()
+	if !strings.HasPrefix(filepath.Base(g.cpu), "ns_web_3-") {
 		t.Fatalf("cgroup %+v", g)
 	}
 	for f, want := range map[string]string{"cpu.max": "150000 100000", "memory.max": "67108864", "memory.swap.max": "0"} {

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -22,6 +23,8 @@ import (
 // appended to stdout.log and stderr.log in the task's directory, each run
 // in its own cgroup when Cgroups is set. A stopped task gets SIGTERM, then
 // SIGKILL after the grace period; its whole process group is signalled.
+// Its processes are Checkers: a health check starts as the task did, as
+// its user, in its working directory and environment, in its run's cgroup.
 //
 // An agent running as root starts each process with the user's uid, gid
 // and groups, and refuses root; one that is not root cannot switch users
@@ -64,6 +67,7 @@ func NewExec(dir string, log *zap.Logger) *Exec {
 var (
 	_ Runtime = (*Exec)(nil)
 	_ Logs    = (*Exec)(nil)
+	_ Checker = (*execProcess)(nil)
 )
 
 // TaskDir is where the task's logs (and its default working directory,
@@ -91,6 +95,11 @@ func (e *Exec) Start(_ context.Context, b *troupev1.Binding, user string) (Proce
 			return nil, err
 		}
 	}
+	env := taskEnv{user: u, dir: wd, env: append(os.Environ(), u.env()...)}
+	for k, v := range tmpl.GetEnv() {
+		env.env = append(env.env, k+"="+v)
+	}
+	env.env = append(env.env, "TROUPE_TASK="+b.GetMetadata().GetName(), "TROUPE_MACHINE="+b.GetMachine())
 	stdout, err := openLog(dir, "stdout.log")
 	if err != nil {
 		return nil, err
@@ -100,43 +109,25 @@ func (e *Exec) Start(_ context.Context, b *troupev1.Binding, user string) (Proce
 		stdout.Close()
 		return nil, err
 	}
-	cmd := exec.Command(tmpl.GetCommand(), tmpl.GetArgs()...)
-	cmd.Dir = wd
-	cmd.Env = append(os.Environ(), u.env()...)
-	for k, v := range tmpl.GetEnv() {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	cmd.Env = append(cmd.Env, "TROUPE_TASK="+b.GetMetadata().GetName(), "TROUPE_MACHINE="+b.GetMachine())
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: u.cred}
 	closeLogs := func() { stdout.Close(); stderr.Close() }
-	cg, err := e.cgroup(b, cmd)
+	cg, err := e.cgroup(b)
 	if err != nil {
 		closeLogs()
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
+	cmd := env.command(tmpl.GetCommand(), tmpl.GetArgs())
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := env.start(cmd, cg); err != nil {
 		closeLogs()
 		e.removeCgroup(cg)
-		if why := u.blocked(wd); why != "" {
-			err = fmt.Errorf("%w (%s)", err, why)
-		}
-		return nil, fmt.Errorf("exec: start %s as %s in %s: %w", tmpl.GetCommand(), user, wd, err)
+		return nil, err
 	}
-	if cg != nil {
-		if err := cg.join(cmd.Process.Pid); err != nil {
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			_ = cmd.Wait()
-			closeLogs()
-			e.removeCgroup(cg)
-			return nil, fmt.Errorf("exec: %w", err)
-		}
-	}
-	p := &execProcess{cmd: cmd, done: make(chan struct{})}
+	p := &execProcess{cmd: cmd, done: make(chan struct{}), env: env, cg: cg}
 	go func() {
 		err := cmd.Wait()
 		closeLogs()
 		exit, sig := p.exitOf(err)
+		p.endChecks()
 		if cg != nil {
 			if exit.Code != 0 && cg.oomKilled(sig == syscall.SIGKILL) {
 				exit.Reason = "OOMKilled"
@@ -146,6 +137,52 @@ func (e *Exec) Start(_ context.Context, b *troupev1.Binding, user string) (Proce
 		p.finish(exit)
 	}()
 	return p, nil
+}
+
+// taskEnv is how a task's processes start, its own and its health
+// checks': as its user, in its working directory, with its environment,
+// in a process group of their own.
+type taskEnv struct {
+	user *taskUser
+	dir  string
+	env  []string
+}
+
+// command is the command name with args, to run as the task.
+func (env taskEnv) command(name string, args []string) *exec.Cmd {
+	cmd := exec.Command(name, args...)
+	cmd.Dir, cmd.Env = env.dir, env.env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: env.user.cred}
+	return cmd
+}
+
+// start starts cmd, made by command, in cgroup cg (nil: none): in v2 it
+// starts inside, in v1 it is moved in at once, and killed if it cannot be.
+func (env taskEnv) start(cmd *exec.Cmd, cg *cgroup) error {
+	if cg != nil {
+		fd, err := cg.open()
+		if err != nil {
+			return fmt.Errorf("exec: %w", err)
+		}
+		if fd != nil {
+			defer fd.Close()
+			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(fd.Fd())
+		}
+	}
+	if err := cmd.Start(); err != nil {
+		if why := env.user.blocked(cmd.Dir); why != "" {
+			err = fmt.Errorf("%w (%s)", err, why)
+		}
+		return fmt.Errorf("exec: start %s as %s in %s: %w", cmd.Args[0], env.user.name, cmd.Dir, err)
+	}
+	if cg != nil {
+		if err := cg.join(cmd.Process.Pid); err != nil {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			_ = cmd.Wait()
+			return fmt.Errorf("exec: %w", err)
+		}
+	}
+	return nil
 }
 
 // openLog opens (creates) the log file name in a task's directory for
@@ -159,8 +196,8 @@ func openLog(dir, name string) (*os.File, error) {
 }
 
 // cgroup makes the cgroup of a run of b's task when the runtime has
-// cgroups, and has cmd start inside it in v2.
-func (e *Exec) cgroup(b *troupev1.Binding, cmd *exec.Cmd) (*cgroup, error) {
+// cgroups.
+func (e *Exec) cgroup(b *troupev1.Binding) (*cgroup, error) {
 	if e.Cgroups == nil {
 		return nil, nil
 	}
@@ -169,9 +206,6 @@ func (e *Exec) cgroup(b *troupev1.Binding, cmd *exec.Cmd) (*cgroup, error) {
 	cg, err := e.Cgroups.create(b.GetMetadata().GetName(), cpu, memory)
 	if err != nil {
 		return nil, fmt.Errorf("exec: %w", err)
-	}
-	if cg.fd != nil {
-		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cg.fd.Fd())
 	}
 	return cg, nil
 }
@@ -194,6 +228,15 @@ type execProcess struct {
 	exit Exit
 	stop sync.Once
 	term bool // the agent sent SIGTERM
+
+	// env and cg are how the task's health checks start: as its process
+	// did, in its cgroup (nil: none).
+	env taskEnv
+	cg  *cgroup
+	// checks guards ended: a check starts (and joins cg) only before the
+	// task's end, which removes cg.
+	checks sync.Mutex
+	ended  bool
 }
 
 // exitOf says how the process ended, from cmd.Wait's error, and which
@@ -248,4 +291,70 @@ func (p *execProcess) Stop(grace time.Duration) {
 			}
 		}()
 	})
+}
+
+// endChecks keeps health checks from starting: the task has ended.
+func (p *execProcess) endChecks() {
+	p.checks.Lock()
+	p.ended = true
+	p.checks.Unlock()
+}
+
+// checkOutput is how much of a failed health check's output its error
+// quotes.
+const checkOutput = 512
+
+// checkWaitDelay bounds the wait for a health check's output after it
+// exited (a child it left behind may hold its pipe).
+const checkWaitDelay = time.Second
+
+// Check implements Checker. The check runs in a process group of its own,
+// killed (SIGKILL) when ctx ends; a failure quotes the start of its output.
+func (p *execProcess) Check(ctx context.Context, command string, args []string) error {
+	if command == "" {
+		return errors.New("exec: the health check has no command")
+	}
+	out := &headBuffer{max: checkOutput}
+	cmd := p.env.command(command, args)
+	cmd.Stdout, cmd.Stderr, cmd.WaitDelay = out, out, checkWaitDelay
+	if err := p.startCheck(cmd); err != nil {
+		return err
+	}
+	kill := context.AfterFunc(ctx, func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	err := cmd.Wait()
+	kill()
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("exec: health check %s killed: %w", command, context.Cause(ctx))
+	case err == nil || errors.Is(err, exec.ErrWaitDelay): // exited 0
+		return nil
+	case out.Len() > 0:
+		return fmt.Errorf("exec: health check %s: %w: %s", command, err, bytes.TrimSpace(out.Bytes()))
+	default:
+		return fmt.Errorf("exec: health check %s: %w", command, err)
+	}
+}
+
+// startCheck starts a health check's cmd as the task was started, unless
+// the task has ended.
+func (p *execProcess) startCheck(cmd *exec.Cmd) error {
+	p.checks.Lock()
+	defer p.checks.Unlock()
+	if p.ended {
+		return fmt.Errorf("exec: health check %s: the task has ended", cmd.Args[0])
+	}
+	return p.env.start(cmd, p.cg)
+}
+
+// headBuffer keeps the first max bytes written to it.
+type headBuffer struct {
+	bytes.Buffer
+	max int
+}
+
+func (h *headBuffer) Write(b []byte) (int, error) {
+	if room := h.max - h.Len(); room > 0 {
+		h.Buffer.Write(b[:min(room, len(b))])
+	}
+	return len(b), nil
 }

@@ -30,6 +30,18 @@ type Process interface {
 	Stop(grace time.Duration)
 }
 
+// Checker is a Process whose task's health check (TaskTemplate.health_check)
+// the runtime runs beside it. Exec's processes are; Sim's are not, having
+// nothing to check (the agent reports such a task healthy while it runs).
+type Checker interface {
+	// Check runs command with args once, as the task's process runs: as
+	// its user, in its working directory, environment and cgroup. It
+	// returns nil when the command exits 0, else why it failed (it did not
+	// start, or exited otherwise). When ctx ends first the command's
+	// process group is killed and the error wraps context.Cause(ctx).
+	Check(ctx context.Context, command string, args []string) error
+}
+
 // Runtime starts tasks.
 type Runtime interface {
 	// Start starts the task of a Binding as host user user, whom the agent

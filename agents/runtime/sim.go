@@ -12,6 +12,7 @@ import (
 // Sim runs tasks without processes: a task "runs" for its template's
 // sim_duration (DefaultDuration when unset) and exits with its
 // sim_exit_code (0 when unset).
+// Its processes are not Checkers: there is nothing to check.
 type Sim struct {
 	DefaultDuration time.Duration
 	// After is the clock's timer (time.After in a cell; a virtual clock

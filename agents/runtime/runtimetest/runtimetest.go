@@ -5,17 +5,24 @@
 //
 //	dir := runtimetest.Dir(t)   // an Exec's Dir
 //	u := runtimetest.User(t)    // skips the test unless root with useradd
+//	runtimetest.Ended(t, pidFile, 10*time.Second) // a task's child was killed
 package runtimetest
 
 import (
 	"crypto/rand"
+	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Dir returns a new directory, removed when the test ends, that every user
@@ -89,4 +96,48 @@ func User(t testing.TB) *user.User {
 		t.Fatal(err)
 	}
 	return u
+}
+
+// Ended waits, up to d, for the end of the process whose pid is in file
+// pidFile (written by a task, or a health check): it fails the test unless
+// that process has exited (a zombie or gone) by then. It watches a pidfd
+// of the process, of which it need not be the parent.
+func Ended(t testing.TB, pidFile string, d time.Duration) {
+	t.Helper()
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("pid file %s: %v", pidFile, err)
+	}
+	if err := awaitEnd(pid, d); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// awaitEnd waits, up to d, for process pid to exit.
+func awaitEnd(pid int, d time.Duration) error {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return nil // gone, reaped already
+	}
+	if err != nil {
+		return fmt.Errorf("pidfd of process %d: %w", pid, err)
+	}
+	defer unix.Close(fd)
+	// A pidfd is readable once its process has exited.
+	for deadline := time.Now().Add(d); ; {
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, max(int(time.Until(deadline).Milliseconds()), 0))
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil:
+			return fmt.Errorf("poll the pidfd of process %d: %w", pid, err)
+		case n == 0:
+			return fmt.Errorf("process %d still runs after %v", pid, d)
+		}
+		return nil
+	}
 }
