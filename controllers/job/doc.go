@@ -16,6 +16,23 @@
 //     index, attempt+1, after spec.retry_backoff): batch jobs up to
 //     spec.max_retries, service jobs always; a service job keeps
 //     spec.count replicas, stopping the tasks above it.
+//   - A service job's tasks are slots (service.go): count of them live
+//     (pending, bound or running), a task that ended leaving its slot
+//     free, a new task taking the lowest free slot. Scaling down stops
+//     the highest indexes.
+//   - Versions (versions.go): a job's status keeps its last versions
+//     (template, constraints, tolerations, with the cause). A spec whose
+//     tasks differ from the current version's starts the next version;
+//     a batch job's pending tasks not yet placed take it, a service's
+//     tasks are replaced in a rolling update (UpdateStrategy): old tasks
+//     replaced in place, or stopped once new ones took their place,
+//     while count - max_unavailable stay available (old tasks running,
+//     new ones healthy: running min_healthy, passing their health check)
+//     and at most count + max_surge exist; canaries first and a pause
+//     until promoted; a new task that fails, restarts or is not healthy
+//     within the progress deadline fails the update, which halts or,
+//     with auto_revert, gives way to a new version with the stable
+//     version's tasks.
 //   - A stopped job's tasks are unbound and marked STOPPED; a deleted
 //     job's tasks are deleted (and unbound).
 //   - The job's status counts its tasks; a batch job succeeds when every
