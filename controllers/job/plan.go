@@ -482,9 +482,8 @@ func jobStatus(job *troupev1.Job, st *troupev1.JobStatus, exhausted string, now 
 		st.Phase = troupev1.JobPhase_JOB_PHASE_PENDING
 	}
 	old := job.GetStatus()
-	// Written by others: the scheduler's word on pending tasks, and the
-	// controller's own admission verdict (see Controller.commit).
-	st.Scheduling, st.Admission = old.GetScheduling(), old.GetAdmission()
+	// The controller's own admission verdict (see Controller.commit).
+	st.Admission = old.GetAdmission()
 	final := st.Phase == troupev1.JobPhase_JOB_PHASE_SUCCEEDED || st.Phase == troupev1.JobPhase_JOB_PHASE_FAILED
 	if final {
 		st.Finished = old.GetFinished()
