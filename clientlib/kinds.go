@@ -159,6 +159,17 @@ var (
 	// imply writing its users.
 	RunAsPolicies = Kind[*troupev1.RunAsPolicy]{Name: "RunAsPolicy", Prefix: "/runas/",
 		key: byName[*troupev1.RunAsPolicy], new: func() *troupev1.RunAsPolicy { return &troupev1.RunAsPolicy{} }}
+	// Quotas limit what a namespace's live tasks hold, per priority band:
+	// at most one per namespace, named after it (/quotas/<namespace>);
+	// not namespaced, like RunAsPolicies, so that writing a namespace's
+	// jobs does not imply raising its quota (see quota.go).
+	Quotas = Kind[*troupev1.Quota]{Name: "Quota", Prefix: "/quotas/",
+		key: byName[*troupev1.Quota], new: func() *troupev1.Quota { return &troupev1.Quota{} }}
+	// JobSchedulings are schedulers' word on jobs' pending tasks, one per
+	// job, named after it and kept with it (/scheduling/<namespace>/<job>):
+	// a kind of their own because schedulers may not write jobs.
+	JobSchedulings = Kind[*troupev1.JobScheduling]{Name: "JobScheduling", Namespaced: true, Prefix: "/scheduling/",
+		key: byNamespaceName[*troupev1.JobScheduling], new: func() *troupev1.JobScheduling { return &troupev1.JobScheduling{} }}
 	// Events are those of jobs and their tasks, kept with the job
 	// (/events/<namespace>/<job>/<name>); MachineEvents those of machines
 	// (/machineevents/<machine>/<name>). Both hold Events: EventsOf says

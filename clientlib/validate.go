@@ -16,7 +16,14 @@ type FieldError struct {
 	Message string
 }
 
-func (e FieldError) String() string { return fmt.Sprintf("%s: %s (%s)", e.Field, e.Message, e.Rule) }
+// String writes "FIELD: MESSAGE (RULE)", without "FIELD: " when the
+// error is about no one field.
+func (e FieldError) String() string {
+	if e.Field == "" {
+		return fmt.Sprintf("%s (%s)", e.Message, e.Rule)
+	}
+	return fmt.Sprintf("%s: %s (%s)", e.Field, e.Message, e.Rule)
+}
 
 // ValidationError lists every broken rule of one object.
 type ValidationError struct {
@@ -32,7 +39,8 @@ func (e *ValidationError) Error() string {
 	return fmt.Sprintf("invalid %s %q: %s", e.Kind, e.Object, strings.Join(parts, "; "))
 }
 
-// ErrInvalid matches every *ValidationError with errors.Is.
+// ErrInvalid matches every *ValidationError and *ManifestError with
+// errors.Is.
 var ErrInvalid = errors.New("invalid object")
 
 // Is makes errors.Is(err, ErrInvalid) true.
@@ -272,6 +280,10 @@ func validateKind(obj Object) []FieldError {
 		for i, u := range o.GetSpec().GetUsers() {
 			c.user(fmt.Sprintf("spec.users[%d]", i), u)
 		}
+	case *troupev1.Quota:
+		c.quota(o)
+	case *troupev1.JobScheduling:
+		c.meta(o.GetMetadata(), true, c.name)
 	case *troupev1.Event:
 		c.event(o)
 	default:
@@ -351,17 +363,20 @@ func Validate[T Object](k Kind[T], obj T) error {
 	return ValidateWith(v, k, obj)
 }
 
-// ValidateWith checks obj against the structural rules of its kind, then
-// against the CEL rules v enforces (built-in and from policies).
+// ValidateWith checks obj against the structural rules of its kind and
+// the CEL rules v enforces (built-in and from policies), and lists every
+// rule it breaks.
 func ValidateWith[T Object](v *Validator, k Kind[T], obj T) error {
-	errs := validateKind(obj)
-	if len(errs) == 0 {
-		errs = v.check(k.Name, obj)
-	}
-	if len(errs) > 0 {
+	if errs := v.validate(k.Name, obj); len(errs) > 0 {
 		return &ValidationError{Kind: k.Name, Object: objectName(obj), Errors: errs}
 	}
 	return nil
+}
+
+// validate returns the rules obj, of the kind named kind, breaks: the
+// structural ones of its kind, then the CEL ones.
+func (v *Validator) validate(kind string, obj Object) []FieldError {
+	return append(validateKind(obj), v.check(kind, obj)...)
 }
 
 func objectName(obj Object) string {

@@ -66,6 +66,19 @@ func TestDefaultKeys(t *testing.T) {
 		{sched, "/jobstops/ns/job", OpPut, false},
 		{sched, "/runs/m1/ns/job/0", OpUpdate, false},
 		{sched, "/schedulers/batch-0", OpPut, true},
+		// A scheduler says why a job waits in its JobScheduling, never
+		// in the job; whoever reads jobs reads it; the job controller
+		// only collects a deleted job's.
+		{sched, "/jobs/ns/job", OpUpdate, false},
+		{sched, "/scheduling/ns/job", OpPut, true},
+		{sched, "/scheduling/ns/job", OpDelete, true},
+		{ctl, "/scheduling/ns/job", OpRead, true},
+		{ctl, "/scheduling/ns/job", OpDelete, true},
+		{ctl, "/scheduling/ns/job", OpPut, false},
+		{viewer, "/scheduling/ns/job", OpRead, true},
+		{viewer, "/scheduling/ns/job", OpPut, false},
+		{admin, "/scheduling/ns/job", OpRead, true},
+		{agentM1, "/scheduling/ns/job", OpRead, false},
 		// Controllers: tasks and status, never a job's creation.
 		{ctl, "/tasks/ns/job/0", OpCreate, true},
 		{ctl, "/tasks/ns/job/0", OpDelete, true},
@@ -73,6 +86,25 @@ func TestDefaultKeys(t *testing.T) {
 		{ctl, "/jobs/ns/job", OpCreate, false},
 		{ctl, "/jobs/ns/job", OpDelete, false},
 		{ctl, "/leases/m1", OpUpdate, false},
+		// Quota: only admins write a namespace's Quota (writing its jobs
+		// does not raise it); the job controller reads it and alone
+		// moves the usage counters; everyone who reads quotas reads them.
+		{admin, "/quotas/ns", OpPut, true},
+		{ctl, "/quotas/ns", OpRead, true},
+		{ctl, "/quotas/ns", OpPut, false},
+		{ctl, "/quotas/ns", OpDelete, false},
+		{ctl, "/quotaused/ns/production/cpu", OpAdd, true},
+		{ctl, "/quotaused/ns/production/cpu", OpPut, false},
+		{ctl, "/quotaused/ns/production/cpu", OpDelete, false},
+		{sched, "/quotas/ns", OpPut, false},
+		{sched, "/quotaused/ns/production/cpu", OpAdd, false},
+		{sched, "/quotaused/ns/production/cpu", OpRead, true},
+		{viewer, "/quotas/ns", OpRead, true},
+		{viewer, "/quotaused/ns/non-production/tasks", OpRead, true},
+		{viewer, "/quotas/ns", OpPut, false},
+		{viewer, "/quotaused/ns/production/cpu", OpAdd, false},
+		{agentM1, "/quotas/ns", OpRead, false},
+		{agentM1, "/quotaused/ns/production/cpu", OpAdd, false},
 		// Viewers read.
 		{viewer, "/jobs/ns/job", OpRead, true},
 		{viewer, "/jobs/ns/job", OpCreate, false},
@@ -108,6 +140,11 @@ func TestDefaultPrefixes(t *testing.T) {
 		{sched, "", OpWatch, true},
 		{viewer, "/", OpRead, true},
 		{viewer, "/jobs/", OpWatch, true},
+		{viewer, "/scheduling/", OpRead, true},
+		{viewer, "/scheduling/ns/", OpRead, true},
+		{ctl, "/quotas/", OpWatch, true},
+		{viewer, "/quotaused/", OpRead, true},
+		{viewer, "/quotaused/ns/", OpRead, true},
 		{storeNode, "/jobs/", OpRead, false},
 	} {
 		if got := r.AllowPrefix(c.id, c.prefix, c.op); got != c.want {

@@ -4,7 +4,8 @@
 //
 //	/machines/<m> /leases/<m> /alloc/<m>/… /bindings/<m>/…
 //	/runs/<m>/… /machineevents/<m>/…                       →  "m/<m>"
-//	/jobs/<ns>/<job> /tasks/<ns>/<job>/… /events/<ns>/<job>/…  →  "j/<ns>/<job>"
+//	/jobs/<ns>/<job> /tasks/<ns>/<job>/… /events/<ns>/<job>/…
+//	/jobstops/<ns>/<job> /scheduling/<ns>/<job>            →  "j/<ns>/<job>"
 //	/<family>/<name>/… (anything else)                     →  "/<family>/<name>"
 //
 // so all keys of one machine live on one shard, and so do all keys of one
@@ -22,7 +23,8 @@ import (
 var (
 	machineFamilies = map[string]bool{"machines": true, "leases": true, "alloc": true, "bindings": true, "runs": true,
 		"machineevents": true}
-	jobFamilies = map[string]bool{"jobs": true, "tasks": true, "events": true, "jobstops": true}
+	jobFamilies = map[string]bool{"jobs": true, "tasks": true, "events": true, "jobstops": true,
+		"scheduling": true}
 )
 
 // segments returns how many path segments after the family make up the

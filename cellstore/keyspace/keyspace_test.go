@@ -17,6 +17,8 @@ func TestShardKey(t *testing.T) {
 		{"/jobs/ns/job", "j/ns/job"},
 		{"/tasks/ns/job/17", "j/ns/job"},
 		{"/events/ns/job/0001-ab", "j/ns/job"},
+		{"/jobstops/ns/job", "j/ns/job"},
+		{"/scheduling/ns/job", "j/ns/job"},
 		{"/schedulers/batch-1", "/schedulers/batch-1"},
 		{"/schedulers/batch-1/stats", "/schedulers/batch-1"},
 		{"/toplevel", "/toplevel"},
@@ -34,7 +36,8 @@ func TestRouterKeepsFamiliesTogether(t *testing.T) {
 	for _, group := range [][]string{
 		{"/machines/m7", "/leases/m7", "/alloc/m7/cpu", "/alloc/m7/memory", "/bindings/m7/a/b/0", "/runs/m7/a/b/0",
 			"/machineevents/m7/0001-ab"},
-		{"/jobs/ns/web", "/tasks/ns/web/0", "/tasks/ns/web/99", "/events/ns/web/0001-ab"},
+		{"/jobs/ns/web", "/tasks/ns/web/0", "/tasks/ns/web/99", "/events/ns/web/0001-ab",
+			"/jobstops/ns/web", "/scheduling/ns/web"},
 	} {
 		for _, k := range group[1:] {
 			if r.Shard(k) != r.Shard(group[0]) {
@@ -62,6 +65,7 @@ func TestPrefixShards(t *testing.T) {
 		{"/tasks/ns/job/", true},
 		{"/tasks/ns/", false},
 		{"/events/ns/job/", true},
+		{"/scheduling/ns/", false},
 		{"/machineevents/m1/", true},
 		{"/", false},
 		{"", false},

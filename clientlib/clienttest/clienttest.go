@@ -22,7 +22,8 @@ import (
 	"github.com/troupe-cluster/troupe/clientlib"
 )
 
-// Store is a one-node, one-shard store running in this process for a test.
+// Store is a one-node store (of one shard, unless StartShards) running in
+// this process for a test.
 // The embedded localstore.Cluster gives its endpoints and nodes.
 type Store struct {
 	*localstore.Cluster
@@ -33,7 +34,14 @@ type Store struct {
 // until it has a leader, or ctx ends. The store stops when the test ends.
 func Start(ctx context.Context, t testing.TB) *Store {
 	t.Helper()
-	lc, err := localstore.Start(ctx, localstore.Config{Dir: t.TempDir(), Replicas: 1, Shards: 1})
+	return StartShards(ctx, t, 1)
+}
+
+// StartShards is Start with a store of shards shards, for tests of
+// commits that span shards.
+func StartShards(ctx context.Context, t testing.TB, shards int) *Store {
+	t.Helper()
+	lc, err := localstore.Start(ctx, localstore.Config{Dir: t.TempDir(), Replicas: 1, Shards: shards})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,9 +3,10 @@
 // finished — once they have been finished for the retention period, so
 // that `troupe describe` can still show recent outcomes, and the Events
 // (of jobs, tasks and machines) last seen more than the retention period
-// ago, and the stop keys (clientlib.JobStopKey) of jobs that are gone
-// with every task of theirs. (Bindings need no collection: a task's
-// Binding is deleted in the transaction that unbinds it.)
+// ago, and the stop keys (clientlib.JobStopKey) and JobSchedulings
+// (schedulers' word on a job's pending tasks) of jobs that are gone with
+// every task of theirs. (Bindings need no collection: a task's Binding
+// is deleted in the transaction that unbinds it.)
 //
 // Stored values that cannot be read (see clientlib.DecodeAt) are skipped
 // and logged once: an unreadable run or event is not collected, nor a run
@@ -100,7 +101,57 @@ func (gc *Collector) Collect(ctx context.Context) (int, error) {
 		errs = append(errs, more...)
 	}
 	n, more := gc.collectStops(ctx)
+	deleted += n
+	errs = append(errs, more...)
+	n, more = gc.collectSchedulings(ctx)
 	return deleted + n, errors.Join(append(errs, more...)...)
+}
+
+// collectSchedulings deletes the JobSchedulings of jobs that are gone
+// with every task of theirs. A scheduler that knew of the job deletes
+// its own once the job's tasks are gone, or at its next decision; these
+// are the rest (of a scheduler that stopped meanwhile, or lost a race
+// with the deletion). Schedulers write a job's only about its pending
+// tasks, so none is written again once they are gone; the deletion is
+// conditioned on the object being as read and the job absent, so the
+// JobScheduling of a job created again under the name is kept. Tasks
+// without a job object (the simulator's) keep theirs while they last.
+func (gc *Collector) collectSchedulings(ctx context.Context) (int, []error) {
+	kvs, _, err := gc.s.List(ctx, clientlib.JobSchedulings.Prefix)
+	if err != nil {
+		return 0, []error{err}
+	}
+	deleted := 0
+	var errs []error
+	for _, kv := range kvs {
+		job := strings.TrimPrefix(kv.GetKey(), clientlib.JobSchedulings.Prefix) // <namespace>/<job>
+		if strings.Count(job, "/") != 1 {
+			continue
+		}
+		jobKey := clientlib.Jobs.Prefix + job
+		j, err := gc.s.Get(ctx, jobKey)
+		if err != nil || j != nil {
+			errs = append(errs, err)
+			continue // the job is there
+		}
+		tasks, _, err := gc.s.List(ctx, clientlib.Tasks.Prefix+job+"/")
+		if err != nil || len(tasks) > 0 {
+			errs = append(errs, err)
+			continue // the job controller is still deleting them
+		}
+		tx := clientlib.NewTxn(gc.s)
+		tx.Group().Require(kv.GetKey(), kv.GetVersion()).Require(jobKey, 0).Delete(kv.GetKey())
+		out, err := tx.Commit(ctx)
+		if err == nil {
+			err = out.Err()
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		deleted++
+	}
+	return deleted, errs
 }
 
 // collectStops deletes the stop keys of deleted jobs once no task of

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -178,5 +179,81 @@ func TestCollectsStopKeysOfDeletedJobs(t *testing.T) {
 	collect()
 	if got := stopKey("gone"); got != "0" {
 		t.Fatalf("stop key of the job created again: %s, want 0", got)
+	}
+}
+
+// A deleted job's JobScheduling is collected once its tasks are gone,
+// not before, and so is that of tasks without a job object once they
+// are gone; a live job's is kept, and so is that of a job created again
+// under the name.
+func TestCollectsSchedulingsOfDeletedJobs(t *testing.T) {
+	ctx := t.Context()
+	s := memstore.New(time.Now, time.Minute)
+	job := func(name string) *troupev1.Job {
+		j, err := clientlib.Create(ctx, s, clientlib.Jobs, &troupev1.Job{Metadata: &troupev1.ObjectMeta{Name: name, Namespace: "ns"},
+			Spec: &troupev1.JobSpec{Count: 1, Template: &troupev1.TaskTemplate{Command: "x"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	task := func(job string) *troupev1.Task {
+		tk, err := clientlib.Create(ctx, s, clientlib.Tasks, &troupev1.Task{Metadata: &troupev1.ObjectMeta{Name: clientlib.TaskName(job, 0), Namespace: "ns"},
+			Spec: &troupev1.TaskSpec{Job: job, Template: &troupev1.TaskTemplate{Command: "x"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tk
+	}
+	say := func(job string) {
+		if _, err := clientlib.Create(ctx, s, clientlib.JobSchedulings, &troupev1.JobScheduling{
+			Metadata: &troupev1.ObjectMeta{Name: job, Namespace: "ns"},
+			Status:   &troupev1.SchedulingStatus{Scheduler: "batch-0", Reason: "Unschedulable", Unplaced: 1}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gone := job("gone")
+	goneTask, looseTask := task("gone"), task("loose") // loose has no job object
+	job("live")
+	for _, j := range []string{"gone", "loose", "live"} {
+		say(j)
+	}
+	if err := clientlib.Delete(ctx, s, clientlib.Jobs, gone); err != nil {
+		t.Fatal(err)
+	}
+	col, err := gc.New(s, gc.Config{Now: time.Now, Retention: time.Hour, Interval: time.Hour, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := func() []string {
+		t.Helper()
+		if _, err := col.Collect(ctx); err != nil {
+			t.Fatal(err)
+		}
+		list, _, err := clientlib.List(ctx, s, clientlib.JobSchedulings, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, js := range list {
+			out = append(out, js.GetMetadata().GetName())
+		}
+		return out
+	}
+	if got := left(); !slices.Equal(got, []string{"gone", "live", "loose"}) {
+		t.Fatalf("with the tasks left: JobSchedulings of %v, want all three", got)
+	}
+	for _, tk := range []*troupev1.Task{goneTask, looseTask} {
+		if err := clientlib.Delete(ctx, s, clientlib.Tasks, tk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := left(); !slices.Equal(got, []string{"live"}) {
+		t.Fatalf("with the tasks gone: JobSchedulings of %v, want the live job's", got)
+	}
+	job("gone")
+	say("gone")
+	if got := left(); !slices.Equal(got, []string{"gone", "live"}) {
+		t.Fatalf("JobSchedulings of %v, want the job created again's kept", got)
 	}
 }

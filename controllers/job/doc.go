@@ -35,6 +35,12 @@
 //     version's tasks.
 //   - A stopped job's tasks are unbound and marked STOPPED; a deleted
 //     job's tasks are deleted (and unbound).
+//   - Quota (Controller.commit, clientlib.ChargeQuota): every write of a
+//     task charges or gives back its namespace's quota counters in its
+//     group. Tasks the quota refuses wait; the job's status.admission
+//     says why until they are created, and the job is looked at again
+//     when a task of its namespace gives its charge back or the quota
+//     changes.
 //   - The job's status counts its tasks; a batch job succeeds when every
 //     task has, and fails when a task fails with no retries left.
 //

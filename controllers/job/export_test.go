@@ -11,7 +11,7 @@ import (
 // have synced, for a test that syncs the queued jobs itself (Drain)
 // rather than with Run's workers.
 func (ctl *Controller) StartCaches(ctx context.Context) error {
-	return cache.Start(ctx, ctl.jobs, ctl.tasks, ctl.runs)
+	return cache.Start(ctx, ctl.caches()...)
 }
 
 // Drain syncs the queued jobs (and the delayed ones due by the queue's

@@ -66,6 +66,47 @@ func (c *memCell) until(what string, cond func() error) {
 	c.commits.Until(c.ctx, c.t, what, cond)
 }
 
+// startCaches starts the controller's caches for a test that syncs the
+// queued jobs itself (syncAll), and waits until their watches are open.
+func (c *memCell) startCaches() {
+	c.t.Helper()
+	if err := c.ctl.StartCaches(c.ctx); err != nil {
+		c.t.Fatal(err)
+	}
+	if err := c.s.WaitForWatches(c.ctx, 4); err != nil { // jobs, tasks, runs, quotas
+		c.t.Fatal(err)
+	}
+}
+
+// settle waits until the caches hold every commit so far.
+func (c *memCell) settle() {
+	c.t.Helper()
+	if err := c.s.Quiesce(c.ctx); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// syncAll syncs the queued jobs, each from settled caches, until none is
+// queued, and checks that the next delayed sync is wantDelayed away by
+// the cell's clock (0: none).
+func (c *memCell) syncAll(wantDelayed time.Duration) {
+	c.t.Helper()
+	c.settle()
+	c.ctl.Drain(c.ctx, c.settle)
+	due, ok := c.ctl.NextDelayed()
+	if got := due.Sub(c.now()); ok != (wantDelayed > 0) || ok && got != wantDelayed {
+		c.t.Fatalf("next delayed sync in %v (%v), want %v", got, ok, wantDelayed)
+	}
+}
+
+// check fails the test unless cond holds now.
+func (c *memCell) check(what string, cond func() error) {
+	c.t.Helper()
+	if err := cond(); err != nil {
+		c.t.Fatalf("%s: %v", what, err)
+	}
+}
+
 func (c *memCell) tasks(job string) []*troupev1.Task {
 	c.t.Helper()
 	ts, _, err := clientlib.List(c.ctx, c.s, clientlib.Tasks, "ns/"+job+"/")
@@ -261,33 +302,7 @@ func TestSyncsOverMemstore(t *testing.T) {
 	defer cancel()
 	clock := cachetest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	c := newMemCell(ctx, t, clock.Now, cache.QueueConfig{BaseDelay: time.Second, MaxDelay: time.Minute, Clock: clock})
-	if err := c.ctl.StartCaches(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.s.WaitForWatches(ctx, 3); err != nil { // jobs, tasks, runs
-		t.Fatal(err)
-	}
-	settle := func() {
-		t.Helper()
-		if err := c.s.Quiesce(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	syncAll := func(wantDelayed time.Duration) {
-		t.Helper()
-		settle()
-		c.ctl.Drain(ctx, settle)
-		due, ok := c.ctl.NextDelayed()
-		if got := due.Sub(clock.Now()); ok != (wantDelayed > 0) || ok && got != wantDelayed {
-			t.Fatalf("next delayed sync in %v (%v), want %v", got, ok, wantDelayed)
-		}
-	}
-	check := func(what string, cond func() error) {
-		t.Helper()
-		if err := cond(); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
+	c.startCaches()
 
 	j := newJob("r", troupev1.JobType_JOB_TYPE_BATCH, 2, 1)
 	j.Spec.RestartPolicy = troupev1.RestartPolicy_RESTART_POLICY_NEVER
@@ -295,25 +310,25 @@ func TestSyncsOverMemstore(t *testing.T) {
 	if _, err := clientlib.Create(ctx, c.s, clientlib.Jobs, j); err != nil {
 		t.Fatal(err)
 	}
-	syncAll(0)
-	check("created", c.status("r", "PENDING pending=2 running=0 succeeded=0 failed=0 retries=0"))
+	c.syncAll(0)
+	c.check("created", c.status("r", "PENDING pending=2 running=0 succeeded=0 failed=0 retries=0"))
 
 	c.bind("r", 0, 1)
 	c.report("r", 0, troupev1.RunPhase_RUN_PHASE_RUNNING, 0)
 	c.report("r", 1, troupev1.RunPhase_RUN_PHASE_FAILED, 3)
-	syncAll(10 * time.Second) // the failed task's back-off
-	check("task 1 failed, waiting for its back-off", c.status("r", "RUNNING pending=0 running=1 succeeded=0 failed=1 retries=0"))
-	check("task 1 unbound", c.counter("1000"))
+	c.syncAll(10 * time.Second) // the failed task's back-off
+	c.check("task 1 failed, waiting for its back-off", c.status("r", "RUNNING pending=0 running=1 succeeded=0 failed=1 retries=0"))
+	c.check("task 1 unbound", c.counter("1000"))
 	if t1 := c.tasks("r")[1]; t1.GetStatus().GetPhase() != troupev1.TaskPhase_TASK_PHASE_FAILED || t1.GetStatus().GetExitCode() != 3 ||
 		t1.GetStatus().GetMachine() != "m1" || !t1.GetStatus().GetFinished().AsTime().Equal(clock.Now()) {
 		t.Fatalf("failed task %v", t1)
 	}
 
 	clock.Advance(9 * time.Second)
-	syncAll(time.Second) // not due yet
+	c.syncAll(time.Second) // not due yet
 	clock.Advance(time.Second)
-	syncAll(0)
-	check("task 1 replaced", c.status("r", "RUNNING pending=1 running=1 succeeded=0 failed=0 retries=1"))
+	c.syncAll(0)
+	c.check("task 1 replaced", c.status("r", "RUNNING pending=1 running=1 succeeded=0 failed=0 retries=1"))
 	if t1 := c.tasks("r")[1]; t1.GetSpec().GetAttempt() != 1 || t1.GetStatus().GetPhase() != troupev1.TaskPhase_TASK_PHASE_PENDING ||
 		!t1.GetSpec().GetSubmitted().AsTime().Equal(clock.Now()) {
 		t.Fatalf("replacement %v", t1)
@@ -323,9 +338,9 @@ func TestSyncsOverMemstore(t *testing.T) {
 	clock.Advance(time.Minute)
 	c.report("r", 0, troupev1.RunPhase_RUN_PHASE_SUCCEEDED, 0)
 	c.report("r", 1, troupev1.RunPhase_RUN_PHASE_SUCCEEDED, 0)
-	syncAll(0)
-	check("succeeded", c.status("r", "SUCCEEDED pending=0 running=0 succeeded=2 failed=0 retries=1"))
-	check("m1 free", c.counter("0"))
+	c.syncAll(0)
+	c.check("succeeded", c.status("r", "SUCCEEDED pending=0 running=0 succeeded=2 failed=0 retries=1"))
+	c.check("m1 free", c.counter("0"))
 	if j, err := clientlib.Get(ctx, c.s, clientlib.Jobs, "/jobs/ns/r"); err != nil || !j.GetStatus().GetFinished().AsTime().Equal(clock.Now()) {
 		t.Fatalf("job %v (%v): want finished now", j, err)
 	}

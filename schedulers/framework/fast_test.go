@@ -145,7 +145,7 @@ func describe(p *framework.Plan) string {
 		b.WriteString("\n")
 	}
 	for _, f := range p.Failures {
-		fmt.Fprintf(&b, "%s: %v\n", f.Task.Key, f.Status)
+		fmt.Fprintf(&b, "%s: %v (refused %v of %d)\n", f.Task.Key, f.Status, f.Status.Refused, f.Status.Machines)
 	}
 	return b.String()
 }
@@ -153,9 +153,9 @@ func describe(p *framework.Plan) string {
 // Passing over machines without room (FitFilter, Rooms), skipping
 // machines with nothing to evict (Preemptible), resuming preemption's
 // search, keeping assuming scorers and caching static verdicts across
-// decisions change nothing in the plans, failure reasons included: the
-// built-in profiles decide two jobs in a row on random cells as they do
-// without any of it.
+// decisions change nothing in the plans, failure reasons and their
+// counts included: the built-in profiles decide two jobs in a row on
+// random cells as they do without any of it.
 func TestFastPathsDecideTheSame(t *testing.T) {
 	var examined, examinedPlain, preempted int
 	for seed := range uint64(200) {

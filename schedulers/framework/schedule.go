@@ -311,7 +311,12 @@ func (s *scheduling) tooLarge(t *Task, machines int) *Status {
 	}
 	for _, r := range slices.Sorted(maps.Keys(t.Requests)) {
 		if q := t.Requests[r]; q > 0 && q > s.snap.MaxFree[r] {
-			return NewStatus(Unschedulable, "Schedule", fmt.Sprintf("0/%d machines fit: none has %s %s free", machines, clientlib.FormatQuantity(r, q), r))
+			st := NewStatus(Unschedulable, "Schedule", fmt.Sprintf("0/%d machines fit: none has %s %s free", machines, clientlib.FormatQuantity(r, q), r))
+			st.Machines = machines
+			if s.fit != nil {
+				st.Refused = map[string]int{s.fit.Name(): machines}
+			}
+			return st
 		}
 	}
 	return nil
@@ -424,7 +429,8 @@ type reason struct {
 }
 
 // unschedulable summarizes why no machine fit, by plugin, most common
-// first: "0/3 machines fit: 2× ResourceFit (insufficient cpu: ...), ...".
+// first: "0/3 machines fit: 2× ResourceFit (insufficient cpu: ...), ...",
+// with the counts in Refused and Machines as well.
 func unschedulable(reasons map[string]reason, machines int) *Status {
 	plugins := slices.Collect(maps.Keys(reasons))
 	slices.SortFunc(plugins, func(a, b string) int {
@@ -434,10 +440,14 @@ func unschedulable(reasons map[string]reason, machines int) *Status {
 		return strings.Compare(a, b)
 	})
 	out := make([]string, 0, len(plugins))
+	refused := make(map[string]int, len(plugins))
 	for _, p := range plugins {
 		out = append(out, fmt.Sprintf("%d× %s (%s)", reasons[p].count, p, reasons[p].example))
+		refused[p] = reasons[p].count
 	}
-	return NewStatus(Unschedulable, "Schedule", fmt.Sprintf("0/%d machines fit: %s", machines, strings.Join(out, ", ")))
+	st := NewStatus(Unschedulable, "Schedule", fmt.Sprintf("0/%d machines fit: %s", machines, strings.Join(out, ", ")))
+	st.Refused, st.Machines = refused, machines
+	return st
 }
 
 // classKey identifies a task's equivalence class for static filters:

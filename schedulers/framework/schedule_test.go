@@ -2,6 +2,7 @@ package framework
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -97,6 +98,9 @@ func TestScheduleAssumesPlacements(t *testing.T) {
 	if st.Code != Unschedulable || !strings.Contains(st.String(), "0/3 machines fit") || !strings.Contains(st.String(), "3× Fit (insufficient cpu)") {
 		t.Fatalf("failure: %v", st)
 	}
+	if !maps.Equal(st.Refused, map[string]int{"Fit": 3}) || st.Machines != 3 {
+		t.Fatalf("failure counts: refused %v of %d machines, want Fit 3 of 3", st.Refused, st.Machines)
+	}
 	if snap.Machines[0].Allocated["cpu"] != 600 {
 		t.Fatal("Schedule changed the snapshot")
 	}
@@ -168,7 +172,20 @@ func TestMaxFreeFailsWithoutScanning(t *testing.T) {
 	if len(plan.Failures) != 1 || plan.Examined != 0 || !strings.Contains(plan.Failures[0].Status.String(), "none has 512m cpu free") {
 		t.Fatalf("plan %+v, failure %v", plan, plan.Failures)
 	}
+	if st := plan.Failures[0].Status; st.Refused != nil || st.Machines != 1 {
+		t.Fatalf("without a FitFilter: refused %v of %d machines, want none of 1", st.Refused, st.Machines)
+	}
+	// With a FitFilter, the machines count as refused by it.
+	plan = Schedule(Profile{Filters: []FilterPlugin{roomFit{&fit{}}}}, snap, []*Task{task})
+	if st := plan.Failures[0].Status; !maps.Equal(st.Refused, map[string]int{"Fit": 1}) || st.Machines != 1 || plan.Examined != 0 {
+		t.Fatalf("with a FitFilter: refused %v of %d machines (%d examined), want Fit 1 of 1", st.Refused, st.Machines, plan.Examined)
+	}
 }
+
+// roomFit is fit as a FitFilter.
+type roomFit struct{ *fit }
+
+func (roomFit) FitFilter() {}
 
 // A profile's Cache keeps static verdicts from one decision to the next,
 // until a machine is replaced.

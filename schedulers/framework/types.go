@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/troupe-cluster/troupe/clientlib"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 )
 
@@ -25,6 +26,15 @@ type Status struct {
 	Code    Code
 	Plugin  string
 	Reasons []string
+	// Refused and Machines are, in the status of a task that Schedule
+	// found fits nowhere (Unschedulable), what its reason says in
+	// words: how many machines each filter plugin refused, and how many
+	// machines the decision looked at ("0/Machines machines fit: ...").
+	// A task larger than any machine's free room (Snapshot.MaxFree)
+	// counts every machine as refused by the profile's FitFilter, if it
+	// has one. Nil and 0 in plugins' verdicts.
+	Refused  map[string]int
+	Machines int
 	// explain works the reasons out when they are first asked for.
 	explain func() []string
 }
@@ -91,8 +101,8 @@ type Running struct {
 }
 
 // ProductionPriority starts the production band: tasks at or above it
-// never preempt one another.
-const ProductionPriority = 100
+// never preempt one another. It is clientlib's, which quota bands share.
+const ProductionPriority = clientlib.ProductionPriority
 
 // CanPreempt reports whether a task of priority p may evict a task of
 // priority victim: only a lower priority, and never production by

@@ -32,12 +32,13 @@ func (s *Scheduler) scheduleJob(ctx context.Context, job string) {
 		tasks := s.pendingTasks(job)
 		switch s.cfg.Policy.Begin(&rec.st, len(tasks), len(tasks) == 0 || s.gangComplete(job, tasks)) {
 		case Done:
+			s.settled(ctx, job, rec, nil)
 			s.done(job)
 			return
 		case Hold:
 			return // the gang's other members are not there yet; their creation wakes the job
 		}
-		a, plan, res := s.decide(ctx, job, tasks, &rec.st)
+		a, plan, res := s.decide(ctx, job, tasks, rec)
 		switch a.Step {
 		case Retry:
 			s.awaitRefresh(ctx, res.Conflicted)
@@ -92,9 +93,11 @@ func (s *Scheduler) done(job string) {
 }
 
 // decide makes one decision about job's pending tasks and commits it,
-// and returns what the policy makes of the outcome, with the plan and
-// the commit's result (nil when nothing was committed).
-func (s *Scheduler) decide(ctx context.Context, job string, tasks []*framework.Task, st *JobState) (Action, *framework.Plan, *framework.Result) {
+// tells the job's JobScheduling what became of them (tell), and returns
+// what the policy makes of the outcome, with the plan and the commit's
+// result (nil when nothing was committed).
+func (s *Scheduler) decide(ctx context.Context, job string, tasks []*framework.Task, rec *jobRecord) (Action, *framework.Plan, *framework.Result) {
+	st := &rec.st
 	start := s.clock.Now()
 	attempt := st.Attempt()
 	if st.Decisions() == 1 {
@@ -104,8 +107,12 @@ func (s *Scheduler) decide(ctx context.Context, job string, tasks []*framework.T
 	if s.cfg.Modes.Txn == framework.AllOrNothing && len(plan.Failures) > 0 {
 		// A gang is placed whole or not at all.
 		s.stats.decided(start, s.clock.Now(), len(tasks), 0, 0, len(tasks))
-		s.jobEvent(job, clientlib.EventWarning, "FailedScheduling", "gang of %d not placed: %d task(s) fit nowhere: %s",
-			len(tasks), len(plan.Failures), plan.Failures[0].Status)
+		why := plan.Failures[0].Status
+		if s.tell(ctx, job, rec, s.unfit(why, len(tasks), fmt.Sprintf("gang of %d not placed: %d task(s) fit nowhere: %s",
+			len(tasks), len(plan.Failures), explanation(why)))) {
+			s.jobEvent(job, clientlib.EventWarning, "FailedScheduling", "gang of %d not placed: %d task(s) fit nowhere: %s",
+				len(tasks), len(plan.Failures), why)
+		}
 		gang := &framework.Plan{Failures: make([]framework.Failure, len(tasks))}
 		for i, t := range tasks {
 			gang.Failures[i] = framework.Failure{Task: t, Status: plan.Failures[0].Status}
@@ -124,7 +131,17 @@ func (s *Scheduler) decide(ctx context.Context, job string, tasks []*framework.T
 	}
 	s.stats.decided(start, s.clock.Now(), len(tasks), len(res.Committed), len(res.Conflicted), len(plan.Failures))
 	a := s.cfg.Policy.After(st, Outcome{Placed: len(res.Committed), Conflicted: len(res.Conflicted), Stopped: len(res.Stopped), Unfit: len(plan.Failures)})
-	s.recordOutcome(job, attempt, plan, res)
+	s.recordOutcome(job, attempt, res)
+	switch n := len(plan.Failures); {
+	case n > 0:
+		why := plan.Failures[0].Status
+		s.cfg.Logger.Debug("tasks fit nowhere", zap.String("job", job), zap.Int("tasks", n), zap.String("why", why.String()))
+		if s.tell(ctx, job, rec, s.unfit(why, n, explanation(why))) {
+			s.jobEvent(job, clientlib.EventWarning, "FailedScheduling", "%d task(s) fit nowhere: %s", n, why)
+		}
+	case len(res.Committed) == len(tasks):
+		s.settled(ctx, job, rec, tasks)
+	}
 	s.observe(Decision{Job: job, Attempt: attempt, Plan: plan, Result: res, Action: a})
 	return a, plan, res
 }
@@ -178,8 +195,9 @@ func (s *Scheduler) commits() clientlib.Store {
 
 // recordOutcome records the events of one commit of a job's plan: what
 // was placed (with the attempt and the conflicts), what lost to other
-// schedulers, what fits nowhere, and the tasks preempted.
-func (s *Scheduler) recordOutcome(job string, attempt int, plan *framework.Plan, res *framework.Result) {
+// schedulers, and the tasks preempted. What fits nowhere is the job's
+// JobScheduling's (tell), and its event too.
+func (s *Scheduler) recordOutcome(job string, attempt int, res *framework.Result) {
 	if n := len(res.Committed); n > 0 {
 		machines := map[string]bool{}
 		for _, p := range res.Committed {
@@ -192,10 +210,6 @@ func (s *Scheduler) recordOutcome(job string, attempt int, plan *framework.Plan,
 		c := res.Conflicted[0].Conflict
 		s.jobEvent(job, clientlib.EventWarning, "Conflict", "%d placement(s) lost to concurrent commits (first: %s on %s); retrying them",
 			n, c.Reason, c.Key)
-	}
-	if n := len(plan.Failures); n > 0 {
-		s.cfg.Logger.Debug("tasks fit nowhere", zap.String("job", job), zap.Int("tasks", n), zap.String("why", plan.Failures[0].Status.String()))
-		s.jobEvent(job, clientlib.EventWarning, "FailedScheduling", "%d task(s) fit nowhere: %s", n, plan.Failures[0].Status)
 	}
 	if s.cfg.Events == nil {
 		return

@@ -97,6 +97,7 @@ type Scheduler struct {
 	queue    *cache.WorkQueue
 	stats    *Stats
 	clock    cache.Clock
+	started  time.Time // by clock
 	// changed is signalled (without blocking) whenever the caches apply
 	// a change, for a retry waiting to see what a conflict reported.
 	changed chan struct{}
@@ -108,13 +109,22 @@ type Scheduler struct {
 }
 
 // jobRecord is what the instance keeps of a job between decisions: the
-// policy's state and, while the job waits for room, the shapes of its
-// tasks that fit nowhere.
+// policy's state; while the job waits for room, the shapes of its tasks
+// that fit nowhere; and what it last said of the job (see tell).
 type jobRecord struct {
 	st      JobState
 	waiting *Waiting  // nil: not waiting
 	since   uint64    // the wait's number (Scheduler.waits)
 	until   time.Time // the wait's back-off ends
+	// said is what the job's JobScheduling says as the instance last
+	// wrote or read it (nil: none); stored, the object itself (nil: none,
+	// or not known after a failed write), for the version of the next
+	// write; sure, that the object still says so: false until the
+	// instance knows, and again once the job gets new tasks (it may be
+	// another job of the same name).
+	said   *troupev1.SchedulingStatus
+	stored *troupev1.JobScheduling
+	sure   bool
 }
 
 // Decision is one commit of a job's plan: the attempt (from 1 in a
@@ -151,13 +161,14 @@ func New(c clientlib.Store, cfg Config) (*Scheduler, error) {
 	qc := cache.DefaultQueueConfig()
 	qc.Clock = cfg.Clock
 	s := &Scheduler{cfg: cfg, c: c, cache: cc, ownCache: own, tasks: cc.tasks, view: cc.view,
-		queue: cache.NewWorkQueue(qc), stats: newStats(cfg.Clock.Now()), clock: cfg.Clock,
+		queue: cache.NewWorkQueue(qc), stats: newStats(cfg.Clock.Now()), clock: cfg.Clock, started: cfg.Clock.Now(),
 		changed: make(chan struct{}, 1), assumed: map[string]map[string]assumed{}, jobs: map[string]*jobRecord{}}
 	// What the shared caches skip as unreadable they log once; each
 	// instance records it, as separate processes would.
 	cc.tasks.AddHandler(cache.Handler[*troupev1.Task]{
-		OnAdd:        func(key string, t *troupev1.Task) { s.taskChanged(key, t) },
-		OnUpdate:     func(key string, _, t *troupev1.Task) { s.taskChanged(key, t) },
+		OnAdd:        func(key string, t *troupev1.Task) { s.taskChanged(key, t, true) },
+		OnUpdate:     func(key string, _, t *troupev1.Task) { s.taskChanged(key, t, false) },
+		OnDelete:     func(_ string, t *troupev1.Task) { s.taskDeleted(t) },
 		OnUnreadable: cfg.Events.RecordUnreadable,
 	})
 	machineChanged := func(m *troupev1.Machine) { s.roomChanged(m.GetMetadata().GetName()) }
@@ -239,7 +250,8 @@ func jobOf(t *troupev1.Task) string {
 	return t.GetMetadata().GetNamespace() + "/" + t.GetSpec().GetJob()
 }
 
-func (s *Scheduler) taskChanged(key string, t *troupev1.Task) {
+// taskChanged is told of task t at key, added or updated.
+func (s *Scheduler) taskChanged(key string, t *troupev1.Task, added bool) {
 	s.mu.Lock()
 	if a, ok := s.assumed[jobOf(t)][key]; ok && t.GetMetadata().GetVersion() >= a.version {
 		s.forget(jobOf(t), key) // the cache caught up with our placement (or what followed it)
@@ -247,12 +259,32 @@ func (s *Scheduler) taskChanged(key string, t *troupev1.Task) {
 	pending := clientlib.Pending(t) && s.serves(t)
 	if r := s.jobs[jobOf(t)]; pending && r != nil {
 		r.waiting = nil // a change of its tasks ends a job's wait
+		r.sure = r.sure && !added
 	}
 	s.mu.Unlock()
 	if pending {
 		s.queue.Add(jobOf(t))
 	}
 	s.signalChanged()
+}
+
+// taskDeleted is told that task t is gone. A pending task's job that
+// the instance keeps a record of is decided about again, its wait ended:
+// once none of its tasks is pending, its JobScheduling goes (settled),
+// without waiting for the back-off.
+func (s *Scheduler) taskDeleted(t *troupev1.Task) {
+	if !clientlib.Pending(t) || !s.serves(t) {
+		return
+	}
+	s.mu.Lock()
+	r := s.jobs[jobOf(t)]
+	if r != nil {
+		r.waiting = nil
+	}
+	s.mu.Unlock()
+	if r != nil {
+		s.queue.Add(jobOf(t))
+	}
 }
 
 // signalChanged tells a retry waiting for the caches that they changed.

@@ -2,6 +2,7 @@ package cell_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -209,4 +210,44 @@ func TestHighPriorityPreemptsBatch(t *testing.T) {
 			return n > 0, fmt.Sprint(len(evs), " events")
 		})
 	}
+}
+
+// A job too big for any machine gets, under TLS and the default
+// authorization rules, its JobScheduling from the batch scheduler: why
+// its task waits, with the machines each filter refused, readable by the
+// administrator, while the job says its task is pending (what `troupe
+// get jobs` shows as REASON Unschedulable). Once the job is deleted, its
+// tasks go, and so does its JobScheduling.
+func TestUnschedulableJobSaysWhy(t *testing.T) {
+	e := start(t, cell.Config{Shards: 2, Hollow: 2, HollowCapacity: map[string]int64{"cpu": 2000, "memory": 1 << 30}})
+	e.submit("huge", tolerating(&troupev1.JobSpec{Count: 1, Template: &troupev1.TaskTemplate{Command: "x", Requests: map[string]int64{"cpu": 4000}}}))
+	key := clientlib.JobSchedulings.Prefix + "e2e/huge"
+	wait.Until(e.ctx, e.t, "the JobScheduling says no machine of 2 fits", func() (bool, string) {
+		js, err := clientlib.Get(e.ctx, e.c.Client, clientlib.JobSchedulings, key)
+		if err != nil {
+			return false, err.Error()
+		}
+		st := js.GetStatus()
+		refused := int32(0)
+		for _, n := range st.GetRefused() {
+			refused += n
+		}
+		return st.GetReason() == "Unschedulable" && st.GetScheduler() == "batch-0" && st.GetMachines() == 2 && refused == 2 &&
+			st.GetRefused()["ResourceFit"] == 2 && st.GetUnplaced() == 1 && strings.Contains(st.GetMessage(), "0/2 machines fit"), st.String()
+	})
+	wait.Until(e.ctx, e.t, "the job says its task is pending", func() (bool, string) {
+		j, err := clientlib.Get(e.ctx, e.c.Client, clientlib.Jobs, "/jobs/e2e/huge")
+		return err == nil && j.GetStatus().GetPending() == 1 && j.GetStatus().GetAdmission() == "", fmt.Sprint(j.GetStatus(), err)
+	})
+	j, err := clientlib.Get(e.ctx, e.c.Client, clientlib.Jobs, "/jobs/e2e/huge")
+	if err == nil {
+		err = clientlib.Delete(e.ctx, e.c.Client, clientlib.Jobs, j)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait.Until(e.ctx, e.t, "the deleted job's JobScheduling is gone", func() (bool, string) {
+		js, err := clientlib.Get(e.ctx, e.c.Client, clientlib.JobSchedulings, key)
+		return errors.Is(err, clientlib.ErrNotFound), fmt.Sprint(js, err)
+	})
 }

@@ -38,7 +38,15 @@ same file twice changes nothing. A job without metadata.namespace goes to
 validation policies, the job limits among them (policy job-limits: at most
 10,000 tasks, 64 cores and 256Gi per task unless the cell stores its own);
 a job none of whose tasks fits on any machine now is accepted with a
-warning. --dry-run does the checks and writes nothing.`,
+warning. --dry-run does the checks and writes nothing.
+
+An invalid object is not written, and every problem of it is listed at
+once, each on the line of its field (FILE:LINE: FIELD: MESSAGE (RULE)):
+fields its kind does not have, values of the wrong type, broken
+validation rules. As kubectl apply does, the valid objects of the same
+files are applied all the same, and the command then exits with status
+1; --dry-run lists the same problems. YAML that does not parse ends its
+file there (the documents before it are applied).`,
 		Example: `  troupe apply -f deploy/examples/batch.yaml
   troupe apply -f deploy/examples -n team-a
   troupe apply -f job.yaml --dry-run`,
@@ -72,11 +80,9 @@ warning. --dry-run does the checks and writes nothing.`,
 				}
 				return nil
 			}
-			return eachManifest(a.out, files, ns, func(m clientlib.Manifest) (string, error) {
+			check := func(m clientlib.Manifest) error { return checkObject(c, m) }
+			return eachCheckedManifest(a.out, files, ns, check, func(m clientlib.Manifest) (string, error) {
 				if dryRun {
-					if err := validateObject(c, m); err != nil {
-						return "", err
-					}
 					return "valid (dry run)", warn(m)
 				}
 				what, err := applyObject(ctx, c, m)
@@ -97,9 +103,19 @@ warning. --dry-run does the checks and writes nothing.`,
 
 // eachManifest calls do for every object of the manifest files (or
 // directories) in files, in order, and prints what it did. Objects of
-// namespaced kinds without a namespace get ns. It goes on past an object
-// do fails for, and returns the failures, joined, at the end.
+// namespaced kinds without a namespace get ns. A document the decoder
+// finds problems in is not passed to do. It goes on past an object that
+// has problems or do fails for, and returns the failures, joined, at the
+// end: an object's problems each on its line (clientlib.ManifestError).
 func eachManifest(out io.Writer, files []string, ns string, do func(m clientlib.Manifest) (string, error)) error {
+	return eachCheckedManifest(out, files, ns, func(m clientlib.Manifest) error { return m.Err }, do)
+}
+
+// eachCheckedManifest is eachManifest with check saying what is wrong
+// with each document instead of the decoder alone (it lists the
+// decoder's problems, m.Err, with its own): do is called for the objects
+// check passes.
+func eachCheckedManifest(out io.Writer, files []string, ns string, check func(m clientlib.Manifest) error, do func(m clientlib.Manifest) (string, error)) error {
 	paths, err := manifestPaths(files)
 	if err != nil {
 		return err
@@ -110,17 +126,23 @@ func eachManifest(out io.Writer, files []string, ns string, do func(m clientlib.
 		if err != nil {
 			return err
 		}
-		ms, err := clientlib.DecodeManifests(data)
-		if err != nil {
-			return fmt.Errorf("%s: %w", p, err)
-		}
+		ms, _ := clientlib.DecodeManifestFile(p, data) // each document's problems are its Err
 		for _, m := range ms {
-			if _, ok := m.Object.(*troupev1.Job); ok && m.Object.GetMetadata().GetNamespace() == "" {
-				m.Object.GetMetadata().Namespace = ns
+			if job, ok := m.Object.(*troupev1.Job); ok && job.GetMetadata() != nil && job.GetMetadata().GetNamespace() == "" {
+				job.Metadata.Namespace = ns
 			}
-			what, err := do(m)
+			var what string
+			err := check(m)
+			if err == nil {
+				what, err = do(m)
+			}
 			if err != nil {
-				errs = append(errs, fmt.Errorf("%s:%d: %w", p, m.Line, err))
+				err = m.Locate(err)
+				var me *clientlib.ManifestError
+				if !errors.As(err, &me) {
+					err = fmt.Errorf("%s:%d: %w", p, m.Line, err)
+				}
+				errs = append(errs, err)
 				continue
 			}
 			fmt.Fprintf(out, "%s/%s %s\n", strings.ToLower(m.Kind), displayName(m.Object), what)
@@ -167,9 +189,15 @@ func applyObject(ctx context.Context, c *clientlib.Client, m clientlib.Manifest)
 		return apply(ctx, c, clientlib.ValidationPolicies, o, nil)
 	case *troupev1.RunAsPolicy:
 		return apply(ctx, c, clientlib.RunAsPolicies, o, nil)
+	case *troupev1.Quota:
+		return apply(ctx, c, clientlib.Quotas, o, nil)
 	default:
-		return "", fmt.Errorf("apply: kind %s is written by Troupe itself, not applied", m.Kind)
+		return "", notApplied(m.Kind)
 	}
+}
+
+func notApplied(kind string) error {
+	return fmt.Errorf("apply: kind %s is written by Troupe itself, not applied", kind)
 }
 
 // apply makes the stored object of kind k match want, keeping what the
@@ -219,21 +247,16 @@ func apply[T clientlib.Object](ctx context.Context, c *clientlib.Client, k clien
 // (-n, a manifest's metadata.namespace).
 const defaultNamespace = "default"
 
-// validateObject checks one manifest's object as a write of it would,
-// with the cell's validation policies c loaded, and writes nothing.
-func validateObject(c *clientlib.Client, m clientlib.Manifest) error {
-	v := c.Validator()
-	switch o := m.Object.(type) {
-	case *troupev1.Job:
-		return clientlib.ValidateWith(v, clientlib.Jobs, o)
-	case *troupev1.Machine:
-		return clientlib.ValidateWith(v, clientlib.Machines, o)
-	case *troupev1.ValidationPolicy:
-		return clientlib.ValidateWith(v, clientlib.ValidationPolicies, o)
-	case *troupev1.RunAsPolicy:
-		return clientlib.ValidateWith(v, clientlib.RunAsPolicies, o)
+// checkObject lists every problem of one manifest's object, as a write
+// of it would find them (with the cell's validation policies c loaded)
+// and the decoder's, and writes nothing. Kinds apply does not write
+// (applyObject's) are refused.
+func checkObject(c *clientlib.Client, m clientlib.Manifest) error {
+	switch m.Object.(type) {
+	case nil, *troupev1.Job, *troupev1.Machine, *troupev1.ValidationPolicy, *troupev1.RunAsPolicy, *troupev1.Quota:
+		return m.Check(c.Validator())
 	default:
-		return fmt.Errorf("apply: kind %s is written by Troupe itself, not applied", m.Kind)
+		return notApplied(m.Kind)
 	}
 }
 

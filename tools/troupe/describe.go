@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -48,8 +49,8 @@ NAMESPACE/NAME.`,
 		ValidArgsFunction: completeKinds([]string{"job", "task", "machine"}),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			kind, name := args[0], args[1]
-			if !slices.Contains([]string{"job", "jobs", "task", "tasks", "machine", "machines"}, kind) {
-				return usagef("unknown kind %q (job, task, machine)", kind)
+			if !slices.Contains([]string{"job", "jobs", "task", "tasks", "machine", "machines", "quota", "quotas"}, kind) {
+				return usagef("unknown kind %q (job, task, machine, quota)", kind)
 			}
 			c, _, ctx, cancel, err := a.connect(cmd, cf)
 			if err != nil {
@@ -78,6 +79,8 @@ func describe(ctx context.Context, c *clientlib.Client, out, errOut io.Writer, k
 		err = describeJob(ctx, c, d, ns, name)
 	case "task", "tasks":
 		err = describeTask(ctx, c, d, ns, name)
+	case "quota", "quotas": // name is the namespace (quota.go)
+		err = describeQuota(ctx, c, d, name)
 	default:
 		err = describeMachine(ctx, c, d, name)
 	}
@@ -192,6 +195,15 @@ func describeJob(ctx context.Context, c *clientlib.Client, d *describer, ns, nam
 	if err != nil {
 		return err
 	}
+	says, err := clientlib.Get(ctx, c, clientlib.JobSchedulings, clientlib.JobSchedulings.Prefix+ns+"/"+name)
+	var unreadable *clientlib.UnreadableError
+	switch {
+	case errors.As(err, &unreadable):
+		warnUnreadable(d.errOut, clientlib.JobSchedulings.Name, unreadable)
+		says = nil
+	case err != nil && !errors.Is(err, clientlib.ErrNotFound):
+		return err
+	}
 	d.meta(job.GetMetadata())
 	spec, st := job.GetSpec(), job.GetStatus()
 	d.field(0, "Type", strings.ToLower(phase(spec.GetType(), "JOB_TYPE_")))
@@ -211,6 +223,10 @@ func describeJob(ctx context.Context, c *clientlib.Client, d *describer, ns, nam
 	d.field(1, "Retries", st.GetRetries())
 	d.field(1, "Finished", timestamp(d.now, st.GetFinished()))
 	d.field(1, "Message", dash(st.GetMessage()))
+	d.field(1, "Admission", dash(st.GetAdmission()))
+	if err := d.scheduling(says.GetStatus()); err != nil {
+		return err
+	}
 
 	slices.SortFunc(tasks, func(a, b *troupev1.Task) int { return int(a.GetSpec().GetIndex() - b.GetSpec().GetIndex()) })
 	phases := map[troupev1.TaskPhase]int{}
@@ -239,6 +255,44 @@ func describeJob(ctx context.Context, c *clientlib.Client, d *describer, ns, nam
 		}
 	}
 	return d.events(events)
+}
+
+// refusal is one row of a job's Scheduling section: the machines a
+// filter refused.
+type refusal struct {
+	filter   string
+	machines int32
+}
+
+// scheduling prints a job's Scheduling section: its scheduler's last
+// word on its pending tasks (its JobScheduling), with the machines each
+// filter refused, most first.
+func (d *describer) scheduling(sc *troupev1.SchedulingStatus) error {
+	if sc == nil {
+		d.field(0, "Scheduling", "<none>")
+		return nil
+	}
+	d.section(0, "Scheduling")
+	d.field(1, "Reason", sc.GetReason())
+	d.field(1, "Scheduler", sc.GetScheduler())
+	d.field(1, "Time", timestamp(d.now, sc.GetTime()))
+	d.field(1, "Unplaced", fmt.Sprintf("%d task(s)", sc.GetUnplaced()))
+	d.field(1, "Message", dash(sc.GetMessage()))
+	if len(sc.GetRefused()) == 0 {
+		return nil
+	}
+	d.field(1, "Refused", fmt.Sprintf("by filter, of %d machine(s)", sc.GetMachines()))
+	var rows []refusal
+	for f, n := range sc.GetRefused() {
+		rows = append(rows, refusal{f, n})
+	}
+	slices.SortFunc(rows, func(a, b refusal) int {
+		return cmp.Or(cmp.Compare(b.machines, a.machines), strings.Compare(a.filter, b.filter))
+	})
+	return table(d, []column[refusal]{
+		{header: "FILTER", value: func(r refusal) string { return r.filter }},
+		{header: "MACHINES", value: func(r refusal) string { return fmt.Sprint(r.machines) }},
+	}, rows, len(rows))
 }
 
 func describeTask(ctx context.Context, c *clientlib.Client, d *describer, ns, name string) error {

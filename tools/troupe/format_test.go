@@ -50,18 +50,18 @@ func sampleJob(name string, lbl map[string]string) *troupev1.Job {
 func TestJobTable(t *testing.T) {
 	jobs := []*troupev1.Job{sampleJob("web", nil), {Metadata: &troupev1.ObjectMeta{Name: "new", Namespace: "default"}}}
 	var out bytes.Buffer
-	if err := writeTable(&out, "", jobColumns(now), jobs, false); err != nil {
+	if err := writeTable(&out, "", jobColumns(now, nil), jobs, false); err != nil {
 		t.Fatal(err)
 	}
-	want := `NAMESPACE   NAME   TYPE      SCHEDULER   STATUS    TASKS   PENDING   RUNNING   SUCCEEDED   FAILED   AGE
-default     web    service   service     RUNNING   3       1         2         0           0        60s
-default     new    -                     -         0       0         0         0           0        -
+	want := `NAMESPACE   NAME   TYPE      SCHEDULER   STATUS    TASKS   PENDING   RUNNING   SUCCEEDED   FAILED   AGE   REASON
+default     web    service   service     RUNNING   3       1         2         0           0        60s   -
+default     new    -                     -         0       0         0         0           0        -     -
 `
 	if out.String() != want {
 		t.Fatalf("table:\n%s\nwant:\n%s", out.String(), want)
 	}
 	out.Reset()
-	if err := writeTable(&out, "  ", jobColumns(now), jobs[:1], true); err != nil {
+	if err := writeTable(&out, "  ", jobColumns(now, nil), jobs[:1], true); err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(out.String(), "\n")

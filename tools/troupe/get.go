@@ -24,7 +24,7 @@ type getOptions struct {
 }
 
 // getKinds are the kinds get and describe complete.
-var getKinds = []string{"machines", "jobs", "tasks", "schedulers"}
+var getKinds = []string{"machines", "jobs", "tasks", "schedulers", "quota"}
 
 // getCommand is `troupe get KIND [NAME...]`: the objects of a kind (of
 // one namespace with -n), or those named, as a table (more columns with
@@ -62,6 +62,9 @@ is an error (exit status 1), after the objects that do are printed.`,
 			if len(names) > 0 && selector != "" {
 				return usagef("give names or -l, not both")
 			}
+			if what == "quota" || what == "quotas" {
+				return a.getQuotas(cmd, cf, o, ns, names) // quota.go
+			}
 			var within string // listed namespace
 			if cmd.Flags().Changed("namespace") {
 				within = ns + "/"
@@ -82,7 +85,10 @@ is an error (exit status 1), after the objects that do are printed.`,
 					func() ([]column[*troupev1.Machine], error) { return machineColumns(ctx, c, o.now, wide) })
 			case "jobs", "job":
 				return getObjects(ctx, c, a.out, o, clientlib.Jobs, within, namedKeys(clientlib.Jobs, "job", names, namespacedKey(ns)),
-					func() ([]column[*troupev1.Job], error) { return jobColumns(o.now), nil })
+					func() ([]column[*troupev1.Job], error) {
+						says, err := jobSchedulings(ctx, c, within, o.errOut)
+						return jobColumns(o.now, says), err
+					})
 			case "tasks", "task":
 				return getObjects(ctx, c, a.out, o, clientlib.Tasks, within, namedKeys(clientlib.Tasks, "task", names, taskKey(ns)),
 					func() ([]column[*troupev1.Task], error) { return taskColumns(o.now), nil })
@@ -327,7 +333,23 @@ func allocations(ctx context.Context, c *clientlib.Client, machine string) (map[
 	return out, nil
 }
 
-func jobColumns(now time.Time) []column[*troupev1.Job] {
+// jobSchedulings lists the JobSchedulings within (see clientlib.List),
+// by job ("<namespace>/<name>"): one request, however many jobs.
+func jobSchedulings(ctx context.Context, c *clientlib.Client, within string, errOut io.Writer) (map[string]*troupev1.SchedulingStatus, error) {
+	all, err := list(ctx, c, clientlib.JobSchedulings, within, errOut)
+	if err != nil {
+		return nil, err
+	}
+	says := make(map[string]*troupev1.SchedulingStatus, len(all))
+	for _, js := range all {
+		says[js.GetMetadata().GetNamespace()+"/"+js.GetMetadata().GetName()] = js.GetStatus()
+	}
+	return says, nil
+}
+
+// jobColumns are the columns of jobs; says holds their JobSchedulings,
+// by job.
+func jobColumns(now time.Time, says map[string]*troupev1.SchedulingStatus) []column[*troupev1.Job] {
 	count := func(f func(*troupev1.JobStatus) int32) func(*troupev1.Job) string {
 		return func(j *troupev1.Job) string { return fmt.Sprint(f(j.GetStatus())) }
 	}
@@ -349,7 +371,24 @@ func jobColumns(now time.Time) []column[*troupev1.Job] {
 			return constraints(j.GetSpec().GetConstraints(), j.GetSpec().GetTolerations())
 		}},
 		{header: "AGE", value: func(j *troupev1.Job) string { return age(now, j.GetMetadata().GetCreated()) }},
+		{header: "REASON", value: func(j *troupev1.Job) string {
+			return jobReason(j, says[j.GetMetadata().GetNamespace()+"/"+j.GetMetadata().GetName()])
+		}},
 	}
+}
+
+// jobReason is why a job's tasks wait, as a word: OverQuota while its
+// admission holds their creation back, else its scheduler's last reason
+// (its JobScheduling, sc: "Unschedulable") while some are pending.
+func jobReason(j *troupev1.Job, sc *troupev1.SchedulingStatus) string {
+	st := j.GetStatus()
+	switch {
+	case st.GetAdmission() != "":
+		return "OverQuota"
+	case st.GetPending() > 0:
+		return dash(sc.GetReason())
+	}
+	return "-"
 }
 
 // taskExit is a task's exit code once its process exited (SUCCEEDED or

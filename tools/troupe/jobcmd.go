@@ -70,6 +70,8 @@ and the command exits with status 1, after deleting the others.`,
 					return "deleted", deleteObject(ctx, c, clientlib.ValidationPolicies, "validationpolicy", o)
 				case *troupev1.RunAsPolicy:
 					return "deleted", deleteObject(ctx, c, clientlib.RunAsPolicies, "runaspolicy", o)
+				case *troupev1.Quota:
+					return "deleted", deleteObject(ctx, c, clientlib.Quotas, "quota", o)
 				default:
 					return "", fmt.Errorf("kind %s is not deleted from manifests", m.Kind)
 				}
