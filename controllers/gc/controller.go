@@ -24,6 +24,7 @@ import (
 
 	"github.com/troupe-cluster/troupe/clientlib"
 	"github.com/troupe-cluster/troupe/clientlib/cache"
+	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 )
 
@@ -117,41 +118,7 @@ func (gc *Collector) Collect(ctx context.Context) (int, error) {
 // JobScheduling of a job created again under the name is kept. Tasks
 // without a job object (the simulator's) keep theirs while they last.
 func (gc *Collector) collectSchedulings(ctx context.Context) (int, []error) {
-	kvs, _, err := gc.s.List(ctx, clientlib.JobSchedulings.Prefix)
-	if err != nil {
-		return 0, []error{err}
-	}
-	deleted := 0
-	var errs []error
-	for _, kv := range kvs {
-		job := strings.TrimPrefix(kv.GetKey(), clientlib.JobSchedulings.Prefix) // <namespace>/<job>
-		if strings.Count(job, "/") != 1 {
-			continue
-		}
-		jobKey := clientlib.Jobs.Prefix + job
-		j, err := gc.s.Get(ctx, jobKey)
-		if err != nil || j != nil {
-			errs = append(errs, err)
-			continue // the job is there
-		}
-		tasks, _, err := gc.s.List(ctx, clientlib.Tasks.Prefix+job+"/")
-		if err != nil || len(tasks) > 0 {
-			errs = append(errs, err)
-			continue // the job controller is still deleting them
-		}
-		tx := clientlib.NewTxn(gc.s)
-		tx.Group().Require(kv.GetKey(), kv.GetVersion()).Require(jobKey, 0).Delete(kv.GetKey())
-		out, err := tx.Commit(ctx)
-		if err == nil {
-			err = out.Err()
-		}
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		deleted++
-	}
-	return deleted, errs
+	return gc.collectJobKeys(ctx, clientlib.JobSchedulings.Prefix, func(*storev1.KeyValue) bool { return true })
 }
 
 // collectStops deletes the stop keys of deleted jobs once no task of
@@ -161,24 +128,31 @@ func (gc *Collector) collectSchedulings(ctx context.Context) (int, []error) {
 // job absent, so a job created again under the name (which writes its
 // key) keeps it.
 func (gc *Collector) collectStops(ctx context.Context) (int, []error) {
-	kvs, _, err := gc.s.List(ctx, clientlib.JobStopsPrefix)
+	return gc.collectJobKeys(ctx, clientlib.JobStopsPrefix, func(kv *storev1.KeyValue) bool { return string(kv.GetValue()) == "1" })
+}
+
+// collectJobKeys deletes the keys "<prefix><namespace>/<job>" that want
+// accepts, of jobs that are absent and have no task left, each on the
+// condition that the key is as read and the job still absent.
+func (gc *Collector) collectJobKeys(ctx context.Context, prefix string, want func(*storev1.KeyValue) bool) (int, []error) {
+	kvs, _, err := gc.s.List(ctx, prefix)
 	if err != nil {
 		return 0, []error{err}
 	}
 	deleted := 0
 	var errs []error
 	for _, kv := range kvs {
-		ns, job, ok := strings.Cut(strings.TrimPrefix(kv.GetKey(), clientlib.JobStopsPrefix), "/")
-		if !ok || string(kv.GetValue()) != "1" {
+		job := strings.TrimPrefix(kv.GetKey(), prefix) // <namespace>/<job>
+		if strings.Count(job, "/") != 1 || !want(kv) {
 			continue
 		}
-		jobKey := clientlib.Jobs.Prefix + ns + "/" + job
+		jobKey := clientlib.Jobs.Prefix + job
 		j, err := gc.s.Get(ctx, jobKey)
 		if err != nil || j != nil {
 			errs = append(errs, err)
-			continue // stopped, not deleted
+			continue // the job is there
 		}
-		tasks, _, err := gc.s.List(ctx, clientlib.Tasks.Prefix+ns+"/"+job+"/")
+		tasks, _, err := gc.s.List(ctx, clientlib.Tasks.Prefix+job+"/")
 		if err != nil || len(tasks) > 0 {
 			errs = append(errs, err)
 			continue // the job controller is still deleting them

@@ -53,9 +53,9 @@ func sameContent(a, b *troupev1.JobVersion) bool {
 // the version it reverted or halted at): change the spec, or roll back.
 func versionsOf(job *troupev1.Job, now time.Time) *versions {
 	st := job.GetStatus()
-	v := &versions{stable: st.GetStableVersion(), rollout: proto.Clone(st.GetRollout()).(*troupev1.Rollout)}
-	if st.GetRollout() == nil {
-		v.rollout = nil
+	v := &versions{stable: st.GetStableVersion()}
+	if r := st.GetRollout(); r != nil {
+		v.rollout = proto.Clone(r).(*troupev1.Rollout)
 	}
 	for _, h := range st.GetHistory() {
 		v.history = append(v.history, proto.Clone(h).(*troupev1.JobVersion))
