@@ -171,6 +171,27 @@ func (c *checker) template(field string, t *troupev1.TaskTemplate) {
 	if u := t.GetUser(); u != "" {
 		c.user(field+".user", u)
 	}
+	if h := t.GetHealthCheck(); h != nil {
+		f := field + ".health_check"
+		c.check(h.GetCommand() != "", f+".command", "required", "must not be empty")
+		c.check(h.GetInterval().AsDuration() >= 0, f+".interval", "non-negative", "must not be negative")
+		c.check(h.GetTimeout().AsDuration() >= 0, f+".timeout", "non-negative", "must not be negative")
+	}
+}
+
+// update checks a job's update strategy: counts and durations are never
+// negative, canaries never outnumber the job, and only service jobs roll.
+func (c *checker) update(s *troupev1.JobSpec) {
+	u := s.GetUpdate()
+	if u == nil {
+		return
+	}
+	c.check(s.GetType() == troupev1.JobType_JOB_TYPE_SERVICE, "spec.update", "service-only", "only service jobs have rolling updates (a batch job's template change reaches its tasks not yet placed)")
+	c.check(u.GetMaxUnavailable() >= 0, "spec.update.max_unavailable", "non-negative", "must not be negative, got %d", u.GetMaxUnavailable())
+	c.check(u.GetMaxSurge() >= 0, "spec.update.max_surge", "non-negative", "must not be negative, got %d", u.GetMaxSurge())
+	c.check(u.GetCanary() >= 0 && u.GetCanary() <= s.GetCount(), "spec.update.canary", "range", "must be in [0, count], got %d", u.GetCanary())
+	c.check(u.GetMinHealthy().AsDuration() >= 0, "spec.update.min_healthy", "non-negative", "must not be negative")
+	c.check(u.GetProgressDeadline().AsDuration() >= 0, "spec.update.progress_deadline", "non-negative", "must not be negative")
 }
 
 func (c *checker) scheduling(field string, cons *troupev1.Constraints, tols []*troupev1.Toleration) {
@@ -235,6 +256,7 @@ func validateKind(obj Object) []FieldError {
 		c.check(s.GetMaxRetries() >= 0, "spec.max_retries", "non-negative", "must not be negative")
 		c.check(s.GetRetryBackoff().AsDuration() >= 0, "spec.retry_backoff", "non-negative", "must not be negative")
 		c.template("spec.template", s.GetTemplate())
+		c.update(s)
 		c.scheduling("spec", s.GetConstraints(), s.GetTolerations())
 	case *troupev1.Task:
 		c.meta(o.GetMetadata(), true, c.name)

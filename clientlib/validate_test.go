@@ -5,8 +5,10 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/troupe-cluster/troupe/clientlib"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
@@ -57,6 +59,9 @@ func TestValidationRules(t *testing.T) {
 		edit(j)
 		return j
 	}
+	service := func(u *troupev1.UpdateStrategy) *troupev1.Job {
+		return job(func(j *troupev1.Job) { j.Spec.Type = troupev1.JobType_JOB_TYPE_SERVICE; j.Spec.Update = u })
+	}
 	machine := func(edit func(*troupev1.Machine)) *troupev1.Machine {
 		m := validMachine()
 		edit(m)
@@ -78,6 +83,16 @@ func TestValidationRules(t *testing.T) {
 		{"count", "spec.count", "range", clientlib.Validate(clientlib.Jobs, job(func(j *troupev1.Job) { j.Spec.Count = 0 }))},
 		{"priority", "spec.priority", "range", clientlib.Validate(clientlib.Jobs, job(func(j *troupev1.Job) { j.Spec.Priority = 5000 }))},
 		{"gang", "spec.gang_min", "range", clientlib.Validate(clientlib.Jobs, job(func(j *troupev1.Job) { j.Spec.GangMin = 9 }))},
+		{"update of a batch job", "spec.update", "service-only", clientlib.Validate(clientlib.Jobs, job(func(j *troupev1.Job) { j.Spec.Update = &troupev1.UpdateStrategy{MaxSurge: 1} }))},
+		{"negative surge", "spec.update.max_surge", "non-negative", clientlib.Validate(clientlib.Jobs, service(&troupev1.UpdateStrategy{MaxSurge: -1}))},
+		{"negative unavailable", "spec.update.max_unavailable", "non-negative", clientlib.Validate(clientlib.Jobs, service(&troupev1.UpdateStrategy{MaxUnavailable: -2}))},
+		{"canaries over count", "spec.update.canary", "range", clientlib.Validate(clientlib.Jobs, service(&troupev1.UpdateStrategy{Canary: 4}))},
+		{"negative min healthy", "spec.update.min_healthy", "non-negative", clientlib.Validate(clientlib.Jobs, service(&troupev1.UpdateStrategy{MinHealthy: durationpb.New(-time.Second)}))},
+		{"negative deadline", "spec.update.progress_deadline", "non-negative", clientlib.Validate(clientlib.Jobs, service(&troupev1.UpdateStrategy{ProgressDeadline: durationpb.New(-time.Minute)}))},
+		{"empty health check", "spec.template.health_check.command", "required", clientlib.Validate(clientlib.Jobs, job(func(j *troupev1.Job) { j.Spec.Template.HealthCheck = &troupev1.HealthCheck{} }))},
+		{"negative check timeout", "spec.template.health_check.timeout", "non-negative", clientlib.Validate(clientlib.Jobs, job(func(j *troupev1.Job) {
+			j.Spec.Template.HealthCheck = &troupev1.HealthCheck{Command: "/bin/true", Timeout: durationpb.New(-time.Second)}
+		}))},
 		{"selector", "spec.constraints.match_expressions[0].values", "required", clientlib.Validate(clientlib.Jobs, job(func(j *troupev1.Job) {
 			j.Spec.Constraints = &troupev1.Constraints{MatchExpressions: []*troupev1.LabelRequirement{{Key: "zone", Operator: troupev1.LabelOperator_LABEL_OPERATOR_IN}}}
 		}))},

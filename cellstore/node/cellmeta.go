@@ -22,6 +22,9 @@ type cellMeta struct {
 	// NodeID is the node whose replicas the directory holds (0: a
 	// directory from before it was recorded; the first start records it).
 	NodeID uint64 `json:"node_id,omitempty"`
+	// RaftAddr is the node's Raft address, which Dragonboat binds the
+	// directory to (empty: a directory from before it was recorded).
+	RaftAddr string `json:"raft_addr,omitempty"`
 	// Cell names the cell, by its CA (cellOf), when the node ran with TLS
 	// (empty: an --insecure cell, whose directory names no cell).
 	Cell *cellIdentity `json:"cell,omitempty"`
@@ -111,9 +114,10 @@ func CellShards(dir string) (uint32, error) {
 	return m.Shards, err
 }
 
-// checkCellMeta records, on first start, the shard count, the node and
-// the cell (cfg.TLS's CA), and refuses to start the directory later with
-// another shard count, as another node or with another cell's
+// checkCellMeta records, on first start, the shard count, the node, its
+// Raft address and the cell (cfg.TLS's CA), and refuses to start the
+// directory later with another shard count, as another node, at another
+// Raft address or with another cell's
 // credentials, or at all once the node was removed from its cell. A
 // directory that records no node or cell yet (one from before they were
 // recorded, or an insecure cell's started with TLS) gets them filled in,
@@ -125,14 +129,14 @@ func checkCellMeta(cfg Config, now time.Time) (cellMeta, error) {
 		return m, err
 	}
 	if m.Shards == 0 {
-		m = cellMeta{Shards: cfg.Shards, NodeID: cfg.NodeID, Cell: cellOf(cfg.TLS), Created: now.UTC(), Restored: m.Restored}
+		m = cellMeta{Shards: cfg.Shards, NodeID: cfg.NodeID, RaftAddr: cfg.RaftAddr, Cell: cellOf(cfg.TLS), Created: now.UTC(), Restored: m.Restored}
 		return m, writeCellMeta(dir, m)
 	}
 	if err := m.check(cfg); err != nil {
 		return m, err
 	}
-	if m.NodeID == 0 || (m.Cell == nil && cfg.TLS != nil) {
-		m.NodeID, m.Cell = cfg.NodeID, cellOf(cfg.TLS)
+	if m.NodeID == 0 || m.RaftAddr == "" || (m.Cell == nil && cfg.TLS != nil) {
+		m.NodeID, m.RaftAddr, m.Cell = cfg.NodeID, cfg.RaftAddr, cellOf(cfg.TLS)
 		if m.Created.IsZero() {
 			m.Created = now.UTC()
 		}
@@ -167,6 +171,9 @@ func (m cellMeta) check(cfg Config) error {
 	case m.NodeID != 0 && m.NodeID != cfg.NodeID:
 		return fmt.Errorf("node: %s, not node %d; start it as node %d (--node-id %d), or point --data-dir at node %d's directory, or remove the directory to join afresh",
 			holds, cfg.NodeID, m.NodeID, m.NodeID, cfg.NodeID)
+	case m.RaftAddr != "" && m.RaftAddr != cfg.RaftAddr:
+		return fmt.Errorf("node: %s at Raft address %s, not %s; a node keeps its Raft address: start it with --raft-addr %s "+
+			"(--raft-listen-addr sets where it listens, if that differs)", holds, m.RaftAddr, cfg.RaftAddr, m.RaftAddr)
 	case m.Shards != cfg.Shards:
 		return fmt.Errorf("node: the cell in %s was created with %d shards, not %d; the shard count cannot change", dir, m.Shards, cfg.Shards)
 	}

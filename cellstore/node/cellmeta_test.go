@@ -26,8 +26,9 @@ func localCreds(t *testing.T) *pki.Source {
 }
 
 // A data directory records its node and cell at first start; started as
-// another node, or with another cell's credentials, it fails naming what
-// it holds and what to do, and is left as it was. A directory from
+// another node, at another Raft address, or with another cell's
+// credentials, it fails naming what it holds and what to do, and is left
+// as it was. A directory from
 // before the node was recorded is checked against its Raft logs.
 func TestDataDirOfAnotherNodeOrCell(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "node-2")
@@ -41,7 +42,7 @@ func TestDataDirOfAnotherNodeOrCell(t *testing.T) {
 	}
 	n.Close()
 	meta, err := readCellMeta(dir)
-	if err != nil || meta.NodeID != 2 || meta.Cell == nil || meta.Cell.Name != "troupe-local" || meta.Cell.CAKeyID == "" || meta.Created.IsZero() {
+	if err != nil || meta.NodeID != 2 || meta.RaftAddr != cfg.RaftAddr || meta.Cell == nil || meta.Cell.Name != "troupe-local" || meta.Cell.CAKeyID == "" || meta.Created.IsZero() {
 		t.Fatalf("cell.json after the first start: %+v %v", meta, err)
 	}
 	before, _ := os.ReadFile(cellMetaPath(dir))
@@ -60,6 +61,8 @@ func TestDataDirOfAnotherNodeOrCell(t *testing.T) {
 			"start with --data-dir pointing at this cell's directory", "or remove the directory to join afresh"}},
 		"another node": {func() Config { c := cfg; c.NodeID = 3; return c }(), []string{dir + " holds node 2 of \"troupe-local\"",
 			"not node 3; start it as node 2 (--node-id 2), or point --data-dir at node 3's directory, or remove the directory to join afresh"}},
+		"another Raft address": {func() Config { c := cfg; c.RaftAddr = "127.0.0.1:1"; return c }(), []string{dir + " holds node 2 of \"troupe-local\"",
+			"at Raft address " + cfg.RaftAddr + ", not 127.0.0.1:1; a node keeps its Raft address: start it with --raft-addr " + cfg.RaftAddr}},
 	} {
 		_, err := Start(tc.cfg)
 		for _, w := range tc.want {
@@ -92,7 +95,7 @@ func TestDataDirOfAnotherNodeOrCell(t *testing.T) {
 		t.Fatalf("old directory started as its node: %v", err)
 	}
 	n.Close()
-	if meta, err := readCellMeta(dir); err != nil || meta.NodeID != 2 || meta.Cell == nil {
+	if meta, err := readCellMeta(dir); err != nil || meta.NodeID != 2 || meta.RaftAddr != cfg.RaftAddr || meta.Cell == nil {
 		t.Fatalf("cell.json after the old directory's start: %+v %v", meta, err)
 	}
 }

@@ -7,8 +7,11 @@ package cell
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -97,11 +100,10 @@ func Start(ctx context.Context, cfg Config) (*Cell, error) {
 	ncfg := node.DefaultConfig()
 	ncfg.DataDir, ncfg.GRPCAddr, ncfg.HTTPAddr, ncfg.Logger = filepath.Join(cfg.DataDir, "store"), cfg.GRPCAddr, cfg.HTTPAddr, cfg.Logger
 	ncfg.Shards = max(cfg.Shards, 1)
-	ports, err := localstore.FreePorts(1)
-	if err != nil {
+	var err error
+	if ncfg.RaftAddr, err = raftAddr(cfg.DataDir); err != nil {
 		return nil, err
 	}
-	ncfg.RaftAddr = fmt.Sprintf("127.0.0.1:%d", ports[0])
 	c := &Cell{agents: map[string]context.CancelFunc{}, ctx: ctx, cfg: cfg, clients: map[string]*clientlib.Client{}}
 	if !cfg.Insecure {
 		if err := c.ensurePKI(ncfg.GRPCAddr); err != nil {
@@ -119,6 +121,33 @@ func Start(ctx context.Context, cfg Config) (*Cell, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// raftAddr is the store's Raft address, which its data directory is
+// bound to (Dragonboat refuses a directory started under another
+// address): a free loopback port at the first start, recorded in
+// dir/raft-address (beside the store's directory) and used again at
+// every later start.
+func raftAddr(dir string) (string, error) {
+	path := filepath.Join(dir, "raft-address")
+	switch b, err := os.ReadFile(path); {
+	case err == nil:
+		return strings.TrimSpace(string(b)), nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return "", fmt.Errorf("reading the store's Raft address: %w", err)
+	}
+	ports, err := localstore.FreePorts(1)
+	if err != nil {
+		return "", err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(path, []byte(addr+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("recording the store's Raft address: %w", err)
+	}
+	return addr, nil
 }
 
 // ensurePKI makes or renews the cell's certificates: the store's for the

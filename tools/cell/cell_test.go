@@ -251,3 +251,43 @@ func TestUnschedulableJobSaysWhy(t *testing.T) {
 		return errors.Is(err, clientlib.ErrNotFound), fmt.Sprint(js, err)
 	})
 }
+
+// A cell stopped and started again on its data directory (troupe up run
+// twice) serves what it held: the store keeps its Raft address, so its
+// directory is its own, and the job's tasks run again on the same
+// machines.
+func TestRestartOnItsOwnData(t *testing.T) {
+	dir := runtimetest.Dir(t)
+	run := func(what string, check func(ctx context.Context, c *cell.Cell)) {
+		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+		defer cancel()
+		c, err := cell.Start(ctx, cell.Config{DataDir: dir, GRPCAddr: "127.0.0.1:0", Hollow: 2,
+			HollowCapacity: map[string]int64{"cpu": 2000, "memory": 1 << 30}, LeaseDuration: 3 * time.Second, SchedulerBackoff: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		defer func() { cancel(); c.Stop() }()
+		t.Logf("%s: store at %s", what, c.Node.GRPCAddr())
+		check(ctx, c)
+	}
+	running := func(ctx context.Context, c *cell.Cell) {
+		wait.Until(ctx, t, "3 tasks running", func() (bool, string) {
+			ts, _, err := clientlib.List(ctx, c.Client, clientlib.Tasks, "e2e/kept/")
+			return err == nil && phases(ts)["TASK_PHASE_RUNNING"] == 3, fmt.Sprint(phases(ts), err)
+		})
+	}
+	run("first start", func(ctx context.Context, c *cell.Cell) {
+		spec := tolerating(&troupev1.JobSpec{Type: troupev1.JobType_JOB_TYPE_SERVICE, Count: 3,
+			Template: &troupev1.TaskTemplate{Command: "x", Requests: map[string]int64{"cpu": 100}, SimDuration: durationpb.New(time.Hour)}})
+		if _, err := clientlib.Create(ctx, c.Client, clientlib.Jobs, &troupev1.Job{Metadata: &troupev1.ObjectMeta{Name: "kept", Namespace: "e2e"}, Spec: spec}); err != nil {
+			t.Fatal(err)
+		}
+		running(ctx, c)
+	})
+	run("second start", func(ctx context.Context, c *cell.Cell) {
+		if _, err := clientlib.Get(ctx, c.Client, clientlib.Jobs, "/jobs/e2e/kept"); err != nil {
+			t.Fatalf("the job after a restart: %v", err)
+		}
+		running(ctx, c)
+	})
+}
