@@ -161,7 +161,7 @@ func (c *checker) template(field string, t *troupev1.TaskTemplate) {
 	c.resources(field+".limits", t.GetLimits())
 	for name, limit := range t.GetLimits() {
 		if req, ok := t.GetRequests()[name]; ok && req > limit {
-			c.add(field+".requests["+name+"]", "requests-within-limits", "request %d exceeds limit %d", req, limit)
+			c.add(field+".requests["+name+"]", "requests-within-limits", "request %s exceeds limit %s", FormatQuantity(name, req), FormatQuantity(name, limit))
 		}
 	}
 	for k := range t.GetEnv() {

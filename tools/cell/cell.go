@@ -141,7 +141,7 @@ func raftAddr(dir string) (string, error) {
 		return "", err
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
 	if err := os.WriteFile(path, []byte(addr+"\n"), 0o600); err != nil {
