@@ -37,8 +37,13 @@ same file twice changes nothing. A job without metadata.namespace goes to
 --namespace (default "default"). Objects are checked against the cell's
 validation policies, the job limits among them (policy job-limits: at most
 10,000 tasks, 64 cores and 256Gi per task unless the cell stores its own);
-a job none of whose tasks fits on any machine now is accepted with a
-warning. --dry-run does the checks and writes nothing.
+a job none of whose tasks any machine takes now is accepted with a
+warning. That check is a decision of the job's scheduler on the cell as
+it is (its filters: cordons, label and CEL constraints, taints, free
+room; for a gang job, gang_min tasks at once, without preemption): the
+warning says how many machines the job's constraints and tolerations
+admit and the one of them with the most room, or which filter refused
+how many machines. --dry-run does the checks and writes nothing.
 
 An invalid object is not written, and every problem of it is listed at
 once, each on the line of its field (FILE:LINE: FIELD: MESSAGE (RULE)):
@@ -75,7 +80,11 @@ file there (the documents before it are applied).`,
 						return err
 					}
 				}
-				if w := room.unfit(job); w != "" {
+				w, err := room.unfit(job)
+				if err != nil {
+					return err
+				}
+				if w != "" {
 					fmt.Fprintln(a.errOut, w)
 				}
 				return nil
@@ -258,88 +267,4 @@ func checkObject(c *clientlib.Client, m clientlib.Manifest) error {
 	default:
 		return notApplied(m.Kind)
 	}
-}
-
-// cellRoom is what the cell's schedulable machines have free, read once
-// per command, to warn of a job whose tasks fit nowhere yet.
-type cellRoom struct{ machines []machineRoom }
-
-type machineRoom struct {
-	name string
-	free map[string]int64
-}
-
-// readRoom reads the machines and their allocation counters.
-func readRoom(ctx context.Context, c *clientlib.Client) (*cellRoom, error) {
-	machines, _, err := clientlib.List(ctx, c, clientlib.Machines, "")
-	if err != nil {
-		return nil, err
-	}
-	counters, _, err := c.List(ctx, clientlib.AllocPrefix)
-	if err != nil {
-		return nil, err
-	}
-	alloc := map[string]int64{}
-	for _, kv := range counters {
-		if n, err := clientlib.DecodeCounter(kv.GetKey(), kv.GetValue(), kv.GetVersion()); err == nil {
-			alloc[kv.GetKey()] = n.GetValue()
-		}
-	}
-	room := &cellRoom{}
-	for _, m := range machines {
-		if m.GetSpec().GetUnschedulable() || m.GetStatus().GetPhase() != troupev1.MachinePhase_MACHINE_PHASE_READY {
-			continue
-		}
-		name := m.GetMetadata().GetName()
-		free := map[string]int64{}
-		for r, q := range m.GetSpec().GetCapacity() {
-			free[r] = q - alloc[clientlib.AllocKey(name, r)]
-		}
-		room.machines = append(room.machines, machineRoom{name: name, free: free})
-	}
-	return room, nil
-}
-
-// unfit returns a warning when no schedulable machine has room for a
-// task of job now ("" when one has): it is accepted (machines may join
-// or free up) and waits.
-func (r *cellRoom) unfit(job *troupev1.Job) string {
-	req := job.GetSpec().GetTemplate().GetRequests()
-	var most *machineRoom
-	for i, m := range r.machines {
-		fits := true
-		for res, q := range req {
-			if have, ok := m.free[res]; q > 0 && (!ok || have < q) {
-				fits = false
-			}
-		}
-		if fits {
-			return ""
-		}
-		if most == nil || m.free["cpu"] > most.free["cpu"] {
-			most = &r.machines[i]
-		}
-	}
-	warning := fmt.Sprintf("warning: job %s: no machine has room for one of its tasks (it asks for %s)",
-		displayName(job), quantities(req))
-	if most == nil {
-		return warning + "; the cell has no schedulable machine: its tasks wait until one joins"
-	}
-	return warning + fmt.Sprintf("; the most any machine has free is %s (%s): its tasks wait until a machine can hold them",
-		quantities(most.free), most.name)
-}
-
-// quantities writes amounts of resources in name order ("500m cpu, 1Gi
-// memory").
-func quantities(q map[string]int64) string {
-	names := make([]string, 0, len(q))
-	for r := range q {
-		names = append(names, r)
-	}
-	sort.Strings(names)
-	parts := make([]string, len(names))
-	for i, r := range names {
-		parts[i] = clientlib.FormatQuantity(r, q[r]) + " " + r
-	}
-	return strings.Join(parts, ", ")
 }

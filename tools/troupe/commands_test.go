@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -216,6 +218,13 @@ func TestCommandsAsTyped(t *testing.T) {
 		none.expect(ctx, t, 0, lines("Usage:", "troupe get machines|jobs|tasks|schedulers [NAME...] [flags]", "--endpoint string", "-o, --output"), nil, "get", "-h")
 		none.expect(ctx, t, 0, lines("Usage:", "--data-dir string", "--node-id uint", "Available Commands:", "members"), nil, "store", "-help")
 		none.expect(ctx, t, 0, lines("troupe "+version), nil, "--version")
+		// troupe version: the whole of what it prints, on stdout alone,
+		// with no cell needed.
+		if out, errOut, code := none.run(ctx, "version"); code != 0 || errOut != "" ||
+			out != fmt.Sprintf("troupe %s\ncommit:  %s\nbuilt:   %s\ngo:      %s %s/%s\n", version, commit, buildDate, runtime.Version(), runtime.GOOS, runtime.GOARCH) {
+			t.Fatalf("troupe version: exit status %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+		}
+		none.expect(ctx, t, 2, nil, lines(`troupe version: unexpected argument "now"`), "version", "now")
 		none.expect(ctx, t, 0, lines("complete -o default -F __start_troupe troupe"), nil, "completion", "bash")
 		none.expect(ctx, t, 0, lines("jobs", "tasks"), nil, "__complete", "get", "")
 	})
