@@ -1,6 +1,6 @@
 package clientlib_test
 
-// Tests of the connection layer against real store cells (localcell: three
+// Tests of the connection layer against real store cells (localstore: three
 // nodes in this process, on loopback). No test sleeps to synchronise:
 // every wait polls a condition under a deadline.
 

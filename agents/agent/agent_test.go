@@ -19,6 +19,7 @@ import (
 	"github.com/troupe-cluster/troupe/clientlib"
 	"github.com/troupe-cluster/troupe/clientlib/cache"
 	"github.com/troupe-cluster/troupe/clientlib/clienttest"
+	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
 	"github.com/troupe-cluster/troupe/controllers/job"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 	"github.com/troupe-cluster/troupe/schedulers/profiles"
@@ -75,19 +76,14 @@ func TestBatchJobOfRealProcesses(t *testing.T) {
 	submit("bad", `exit 3`, 1, 1, troupev1.RestartPolicy_RESTART_POLICY_UNSPECIFIED)
 	submit("worse", `exit 4`, 1, 1, troupev1.RestartPolicy_RESTART_POLICY_NEVER)
 	waitPhase := func(name string, want troupev1.JobPhase) *troupev1.Job {
-		tick := time.NewTicker(20 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			j, err := clientlib.Get(ctx, c, clientlib.Jobs, "/jobs/ns/"+name)
-			if err == nil && j.GetStatus().GetPhase() == want {
-				return j
-			}
-			select {
-			case <-ctx.Done():
-				t.Fatalf("job %s: %v (%v), want %v", name, j.GetStatus(), err, want)
-			case <-tick.C:
-			}
-		}
+		t.Helper()
+		var j *troupev1.Job
+		wait.Until(ctx, t, fmt.Sprintf("job %s %v", name, want), func() (bool, string) {
+			var err error
+			j, err = clientlib.Get(ctx, c, clientlib.Jobs, "/jobs/ns/"+name)
+			return err == nil && j.GetStatus().GetPhase() == want, fmt.Sprintf("%v (%v)", j.GetStatus(), err)
+		})
+		return j
 	}
 	if j := waitPhase("ok", troupev1.JobPhase_JOB_PHASE_SUCCEEDED); j.GetStatus().GetSucceeded() != 6 {
 		t.Fatalf("ok: %v", j.GetStatus())
@@ -143,13 +139,10 @@ func TestExecStop(t *testing.T) {
 	}
 	// Stop once the task ignores SIGTERM.
 	stdout := filepath.Join(rt.TaskDir("ns/j/0"), "stdout.log")
-	deadline := time.Now().Add(10 * time.Second)
-	for out, _ := os.ReadFile(stdout); string(out) != "ready\n"; out, _ = os.ReadFile(stdout) {
-		if time.Now().After(deadline) {
-			t.Fatal("task did not start")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	wait.Until(t.Context(), t, "the task to start", func() (bool, string) {
+		out, err := os.ReadFile(stdout)
+		return string(out) == "ready\n", fmt.Sprintf("stdout %q (%v)", out, err)
+	})
 	p.Stop(100 * time.Millisecond)
 	select {
 	case <-p.Done():
@@ -223,19 +216,14 @@ func TestRestartInPlace(t *testing.T) {
 		return r
 	}
 	waitRun := func(job string, phase troupev1.RunPhase) *troupev1.Run {
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			r, err := clientlib.Get(ctx, c, clientlib.Runs, "/runs/m/ns/"+job+"/0")
-			if err == nil && r.GetPhase() == phase {
-				return r
-			}
-			select {
-			case <-ctx.Done():
-				t.Fatalf("run of %s: %v (%v), want %v", job, r, err, phase)
-			case <-tick.C:
-			}
-		}
+		t.Helper()
+		var r *troupev1.Run
+		wait.Until(ctx, t, fmt.Sprintf("run of %s %v", job, phase), func() (bool, string) {
+			var err error
+			r, err = clientlib.Get(ctx, c, clientlib.Runs, "/runs/m/ns/"+job+"/0")
+			return err == nil && r.GetPhase() == phase, fmt.Sprintf("%v (%v)", r, err)
+		})
+		return r
 	}
 
 	// A batch task failing every time, attempt 1 of max_retries 3: two

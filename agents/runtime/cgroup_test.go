@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/troupe-cluster/troupe/agents/runtime/runtimetest"
+	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 )
 
@@ -30,18 +30,16 @@ func TestMain(m *testing.M) {
 }
 
 // awaitTroupeCgroup waits (v1 moves a process in just after it starts)
-// until this process is in a troupe memory cgroup.
+// until this process is in a troupe memory cgroup, for at most
+// wait.DefaultTimeout. It runs in the task's process, outside any test,
+// so it polls with wait.Poll and returns the error.
 func awaitTroupeCgroup() error {
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		b, _ := os.ReadFile("/proc/self/cgroup")
+	return wait.Poll(context.Background(), "this process to be in a troupe cgroup", func() (bool, string) {
+		b, err := os.ReadFile("/proc/self/cgroup")
 		self := parseSelfCgroup(string(b))
-		if strings.Contains(self["memory"], "/troupe/") || strings.Contains(self[""], "/troupe/") {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return errors.New("never moved into a troupe cgroup")
-		}
-	}
+		in := strings.Contains(self["memory"], "/troupe/") || strings.Contains(self[""], "/troupe/")
+		return in, fmt.Sprintf("/proc/self/cgroup %q (%v)", b, err)
+	})
 }
 
 // allocate waits until this process is in a troupe cgroup, then touches

@@ -14,6 +14,7 @@ import (
 	"github.com/troupe-cluster/troupe/cellstore/memstore"
 	"github.com/troupe-cluster/troupe/clientlib"
 	"github.com/troupe-cluster/troupe/clientlib/clienttest"
+	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
 	"github.com/troupe-cluster/troupe/controllers/gc"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 )
@@ -63,27 +64,25 @@ func TestCollectsFinishedRunsAfterRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	go col.Run(ctx)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		runs, _, err := clientlib.List(ctx, c, clientlib.Runs, "")
+	// Run collects once its caches are filled, then hourly; the test
+	// collects too after each look until two runs are left.
+	var runs []*troupev1.Run
+	wait.Until(ctx, t, "2 runs left", func() (bool, string) {
+		var err error
+		runs, _, err = clientlib.List(ctx, c, clientlib.Runs, "")
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(runs) == 2 {
-			if runs[0].GetMetadata().GetName() != "ns/j/1" || runs[1].GetMetadata().GetName() != "ns/j/2" {
-				t.Fatalf("kept %v", runs)
-			}
-			break
+			return true, ""
 		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%d runs left, want 2", len(runs))
-		case <-tick.C:
-			if _, err := col.Collect(ctx); err != nil && !errors.Is(err, context.Canceled) {
-				t.Log(err)
-			}
+		if _, err := col.Collect(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			t.Log(err)
 		}
+		return false, fmt.Sprintf("%d runs left", len(runs))
+	})
+	if runs[0].GetMetadata().GetName() != "ns/j/1" || runs[1].GetMetadata().GetName() != "ns/j/2" {
+		t.Fatalf("kept %v", runs)
 	}
 }
 

@@ -2,7 +2,10 @@ package node_test
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +16,7 @@ import (
 
 	"github.com/troupe-cluster/troupe/clientlib"
 	"github.com/troupe-cluster/troupe/clientlib/clienttest"
+	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
 	"github.com/troupe-cluster/troupe/controllers/node"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 	"github.com/troupe-cluster/troupe/schedulers/framework"
@@ -36,11 +40,19 @@ func TestLeaseExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	go events.Run(ctx)
-	ctl, err := node.New(c, node.Config{Now: now, Interval: time.Hour, Logger: zap.NewNop(), Events: events})
+	watched := &watching{Store: c, prefixes: map[string]bool{}}
+	ctl, err := node.New(watched, node.Config{Now: now, Interval: time.Hour, Logger: zap.NewNop(), Events: events})
 	if err != nil {
 		t.Fatal(err)
 	}
 	go ctl.Run(ctx) // its first check runs at once; later ones are driven below
+	// The checks below read the controller's caches: they must hold the
+	// cell first (a check seeing the machine but not yet its lease would
+	// find it lost).
+	wait.Until(ctx, t, "the controller's caches of machines, leases and tasks to sync", func() (bool, string) {
+		w := watched.watched()
+		return w[clientlib.Machines.Prefix] && w[clientlib.Leases.Prefix] && w[clientlib.Tasks.Prefix], fmt.Sprint("watched ", w)
+	})
 
 	phase := func() troupev1.MachinePhase {
 		m, err := clientlib.Get(ctx, c, clientlib.Machines, "/machines/m1")
@@ -49,18 +61,18 @@ func TestLeaseExpiry(t *testing.T) {
 		}
 		return m.GetStatus().GetPhase()
 	}
+	// until waits for cond, running a check of the controller after
+	// each look that finds it false (the controller's own ticker is an
+	// hour).
 	until := func(what string, cond func() bool) {
 		t.Helper()
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		for !cond() {
-			select {
-			case <-ctx.Done():
-				t.Fatalf("%s: not reached", what)
-			case <-tick.C:
-				ctl.Check(ctx)
+		wait.Until(ctx, t, what, func() bool {
+			if cond() {
+				return true
 			}
-		}
+			ctl.Check(ctx)
+			return cond()
+		})
 	}
 	// Within the lease: nothing happens.
 	clock.Store(start.Add(5 * time.Second).UnixNano())
@@ -111,6 +123,29 @@ func TestLeaseExpiry(t *testing.T) {
 	clock.Store(start.Add(21 * time.Second).UnixNano())
 	until("machine ready again", func() bool { return phase() == troupev1.MachinePhase_MACHINE_PHASE_READY })
 	until("MachineReady event", event("MachineReady", "Lease renewed: the machine is READY again"))
+}
+
+// watching is a store that records the prefixes watched through it. An
+// informer opens its watch once it has listed its prefix into its cache,
+// so a controller whose every cache watches is in sync with the store.
+type watching struct {
+	clientlib.Store
+	mu       sync.Mutex
+	prefixes map[string]bool
+}
+
+func (w *watching) WatchStream(ctx context.Context, prefix string, cursor []byte) clientlib.Stream {
+	w.mu.Lock()
+	w.prefixes[prefix] = true
+	w.mu.Unlock()
+	return w.Store.WatchStream(ctx, prefix, cursor)
+}
+
+// watched returns the prefixes watched so far.
+func (w *watching) watched() map[string]bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return maps.Clone(w.prefixes)
 }
 
 // machineWithTwoTasks creates machine m1 with a lease renewed at start
