@@ -10,6 +10,7 @@ import (
 
 	"cel.dev/cel-go/cel"
 
+	"github.com/troupe-cluster/troupe/clientlib/cache"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 )
 
@@ -192,6 +193,29 @@ func (v *Validator) Load(ctx context.Context, s Store) error {
 		return err
 	}
 	return v.SetPolicies(ps)
+}
+
+// Follow keeps v enforcing the ValidationPolicies inf holds, inf being
+// an informer of them (NewInformer(s, ValidationPolicies, "", nil)): at
+// once (before inf has listed anything: DefaultJobLimits alone), then
+// each time inf adds, changes or drops one, before the handlers added to
+// inf after Follow run. changed, if set, is called after each of these
+// with what SetPolicies returned (the policies left out as they do not
+// compile): a long-running component that judges with v re-judges what
+// it held back.
+func (v *Validator) Follow(inf *cache.Informer[*troupev1.ValidationPolicy], changed func(error)) {
+	reload := func() {
+		err := v.SetPolicies(inf.Indexer().List())
+		if changed != nil {
+			changed(err)
+		}
+	}
+	reload()
+	inf.AddHandler(cache.Handler[*troupev1.ValidationPolicy]{
+		OnAdd:    func(string, *troupev1.ValidationPolicy) { reload() },
+		OnUpdate: func(string, *troupev1.ValidationPolicy, *troupev1.ValidationPolicy) { reload() },
+		OnDelete: func(string, *troupev1.ValidationPolicy) { reload() },
+	})
 }
 
 // check evaluates the CEL rules of kind on obj, and the rules that are CEL

@@ -3,6 +3,7 @@ package clientlib
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 )
@@ -10,11 +11,27 @@ import (
 // JobLimitsPolicy names the ValidationPolicy that bounds what one job
 // may ask for. A cell without a stored policy of that name is held to
 // DefaultJobLimits by every client that loads the cell's policies (the
-// CLI, when it applies or runs a job); storing one (`troupe apply`)
-// replaces the defaults. Clients that only write what exists (the
-// controllers' status writes) enforce the built-in rules alone, so a
-// limit lowered later never blocks a job already admitted.
+// CLI, when it applies or runs a job), and by the job controller, which
+// creates no task of a job that breaks them (AdmissionRefused); storing
+// one (`troupe apply`) replaces the defaults. Clients that only write
+// what exists (the controllers' status writes) enforce the built-in
+// rules alone, and the job controller checks a job only before its first
+// tasks, so a limit lowered later never blocks a job already admitted.
 const JobLimitsPolicy = "job-limits"
+
+// AdmissionRefused begins a job's status.admission while the job
+// controller creates none of its tasks because the job breaks rules of
+// the cell's policies (job-limits among them, or the built-in ones); the
+// rest lists the rules ("FIELD: MESSAGE (policy/NAME)", see FieldError).
+// Editing the job or the policy so that it passes lets it proceed.
+const AdmissionRefused = "refused: "
+
+// JobRefused reports whether the job controller refuses j's tasks under
+// the cell's policies (its status.admission begins with
+// AdmissionRefused), rather than, say, holding them back for quota.
+func JobRefused(j *troupev1.Job) bool {
+	return strings.HasPrefix(j.GetStatus().GetAdmission(), AdmissionRefused)
+}
 
 // Default job limits: tasks per job, and requests per task.
 const (

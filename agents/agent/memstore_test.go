@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -227,8 +228,17 @@ func TestBatchJobOverMemstore(t *testing.T) {
 // still runs); its running tasks are killed and its tasks deleted, and the
 // machines' capacity comes back.
 func TestDeleteStopsAJobBeingPlaced(t *testing.T) {
-	cleanup := deleteWhilePlacing(t, inMemory(t), 20_000, 20)
+	cleanup := endWhilePlacing(t, inMemory(t), 20_000, 20, deleteJob)
 	t.Logf("cleanup of 20,000 tasks took %v", cleanup)
+}
+
+// Stopping a job (troupe job stop) while its tasks are being placed and
+// started stops its work as its deletion does: from the stop's commit
+// on, no task of it is created, bound or started; its running tasks are
+// killed, its tasks kept, stopped, and the machines' capacity comes back.
+func TestStopStopsAJobBeingPlaced(t *testing.T) {
+	cleanup := endWhilePlacing(t, inMemory(t), 20_000, 20, stopJob)
+	t.Logf("stopping 20,000 tasks took %v", cleanup)
 }
 
 // BenchmarkDeleteLargeJob measures how long the cleanup of a 100,000-task
@@ -246,7 +256,7 @@ func BenchmarkDeleteLargeJob(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			var total time.Duration
 			for range b.N {
-				total += deleteWhilePlacing(b, c.open(b), 100_000, 50)
+				total += endWhilePlacing(b, c.open(b), 100_000, 50, deleteJob)
 			}
 			b.ReportMetric(total.Seconds()/float64(b.N), "cleanup-s")
 		})
@@ -282,17 +292,64 @@ func inAStore(tb testing.TB) followed {
 	}}
 }
 
-// deleteWhilePlacing runs a job of count tiny tasks on machines sim
-// agents with the scheduler and the job controller over memstore,
-// checks that its status counts every task once a tenth of them are
-// bound, deletes it then, checks that nothing of it is created, bound or
-// started after the deletion, and returns how long the cleanup took.
-func deleteWhilePlacing(tb testing.TB, fs followed, count, machines int) time.Duration {
+// An ending is how a test ends a job while it is being placed.
+type ending struct {
+	name string
+	// keeps: the job's tasks stay, ended (stopped), rather than being
+	// deleted.
+	keeps bool
+	end   func(ctx context.Context, s clientlib.Store, j *troupev1.Job) error
+}
+
+var (
+	// deleteJob deletes the job, whatever its status says now.
+	deleteJob = ending{name: "deletion", end: func(ctx context.Context, s clientlib.Store, j *troupev1.Job) error {
+		j.Metadata.Version = 0
+		return clientlib.Delete(ctx, s, clientlib.Jobs, j)
+	}}
+	// stopJob marks the job stopped, as troupe job stop does: read, set,
+	// update, again when the job controller's status write came between.
+	stopJob = ending{name: "stop", keeps: true, end: func(ctx context.Context, s clientlib.Store, j *troupev1.Job) error {
+		key, err := clientlib.Jobs.Key(j)
+		if err != nil {
+			return err
+		}
+		for {
+			cur, err := clientlib.Get(ctx, s, clientlib.Jobs, key)
+			if err != nil {
+				return err
+			}
+			cur.Spec.Stopped = true
+			_, err = clientlib.Update(ctx, s, clientlib.Jobs, cur)
+			if ce := (*clientlib.ConflictError)(nil); !errors.As(err, &ce) {
+				return err
+			}
+		}
+	}}
+)
+
+// endWhilePlacing runs a job of count tiny tasks on machines sim agents
+// with the scheduler and the job controller over memstore (the cell's
+// job limits raised to let it in), checks that its status counts every
+// task once a tenth of them are bound, ends it then (deletes or stops
+// it), checks that nothing of it is created, bound or started after
+// that, and returns how long the cleanup took: until its tasks are
+// deleted (or stopped) and its machines free.
+func endWhilePlacing(tb testing.TB, fs followed, count, machines int, e ending) time.Duration {
 	ctx, cancel := context.WithTimeout(tb.Context(), 5*time.Minute)
 	defer cancel()
 	s := fs.Store
 	w := &jobWatch{follower: newFollower(), tasks: map[string]bool{}, started: map[string]bool{}, alloc: map[string]int64{}}
 	fs.follow(ctx, w.observe)
+	// The job controller holds jobs to the cell's job limits
+	// (DefaultJobLimits: 10,000 tasks); this cell allows more.
+	if _, err := clientlib.Create(ctx, s, clientlib.ValidationPolicies, &troupev1.ValidationPolicy{
+		Metadata: &troupev1.ObjectMeta{Name: clientlib.JobLimitsPolicy},
+		Spec: &troupev1.ValidationPolicySpec{Kinds: []string{clientlib.Jobs.Name}, Rules: []*troupev1.ValidationRule{{
+			Expression: fmt.Sprintf("object.spec.count <= %d", count), FieldPath: "spec.count"}}},
+	}); err != nil {
+		tb.Fatal(err)
+	}
 	var wg sync.WaitGroup
 	defer func() {
 		cancel()
@@ -340,29 +397,39 @@ func deleteWhilePlacing(tb testing.TB, fs followed, count, machines int) time.Du
 		j.GetStatus().GetPending()+j.GetStatus().GetRunning() != int32(count) {
 		tb.Fatalf("status of the job being placed: %v (%v), want its %d tasks counted", j.GetStatus(), err, count)
 	}
-	big.Metadata.Version = 0 // whatever its status says now
-	if err := clientlib.Delete(ctx, s, clientlib.Jobs, big); err != nil {
+	if err := e.end(ctx, s, big); err != nil {
 		tb.Fatal(err)
 	}
-	deleted := time.Now()
-	w.until(ctx, tb, "the job's tasks deleted and its machines free", func() error {
+	ended := time.Now()
+	what := "the job's tasks deleted and its machines free"
+	if e.keeps {
+		what = "the job's tasks stopped and its machines free"
+	}
+	w.until(ctx, tb, what, func() error {
 		allocated := int64(0)
 		for _, v := range w.alloc {
 			allocated += v
 		}
-		if len(w.tasks) > 0 || w.bindings > 0 || allocated > 0 {
-			return fmt.Errorf("%d tasks, %d bindings, %dm cpu allocated", len(w.tasks), w.bindings, allocated)
+		tasks := len(w.tasks)
+		if e.keeps {
+			tasks = w.live()
+		}
+		if tasks > 0 || w.bindings > 0 || allocated > 0 {
+			return fmt.Errorf("%d tasks, %d bindings, %dm cpu allocated", tasks, w.bindings, allocated)
 		}
 		return nil
 	})
-	cleanup := time.Since(deleted)
+	cleanup := time.Since(ended)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if len(w.violations) > 0 {
-		tb.Fatalf("after the deletion: %d violations, first %v", len(w.violations), w.violations[:min(5, len(w.violations))])
+		tb.Fatalf("after the %s: %d violations, first %v", e.name, len(w.violations), w.violations[:min(5, len(w.violations))])
 	}
 	if w.killed == 0 {
-		tb.Error("no running task was killed: the job was deleted before any started")
+		tb.Errorf("no running task was killed: the job's %s came before any started", e.name)
+	}
+	if e.keeps && len(w.tasks) < count/10 {
+		tb.Errorf("%d tasks kept, want at least the %d bound before the %s", len(w.tasks), count/10, e.name)
 	}
 	return cleanup
 }
@@ -401,13 +468,14 @@ func (f *follower) until(ctx context.Context, tb testing.TB, what string, cond f
 	}
 }
 
-// jobWatch follows a memstore's commits of job ns/big: its live tasks
-// and bindings, the CPU allocated, and from its deletion on, every
-// creation, binding or first start of one of its tasks (violations).
+// jobWatch follows a memstore's commits of job ns/big: its tasks and
+// bindings, the CPU allocated, and from its stop or deletion on (its
+// stop key set), every creation, binding or first start of one of its
+// tasks (violations).
 type jobWatch struct {
 	follower
-	deleted    bool
-	tasks      map[string]bool  // live task keys
+	stopped    bool
+	tasks      map[string]bool  // task keys: whether the task has not ended
 	started    map[string]bool  // runs reported RUNNING
 	alloc      map[string]int64 // cpu counters
 	bindings   int
@@ -422,21 +490,27 @@ func (w *jobWatch) observe(cs *storev1.ChangeSet) {
 	for _, ev := range cs.GetEvents() {
 		kv, put := ev.GetKv(), ev.GetType() == storev1.EventType_EVENT_TYPE_PUT
 		switch k := kv.GetKey(); {
-		case k == "/jobs/ns/big" && !put:
-			w.deleted = true
+		case k == clientlib.JobStopKey("ns", "big") && put && string(kv.GetValue()) == "1":
+			w.stopped = true // stopped or deleted: the same commit
 		case strings.HasPrefix(k, "/tasks/ns/big/"):
-			if put && !w.tasks[k] && w.deleted {
+			if _, known := w.tasks[k]; put && !known && w.stopped {
 				w.violations = append(w.violations, "created "+k)
 			}
-			if put {
-				w.tasks[k] = true
-			} else {
+			if !put {
 				delete(w.tasks, k)
+				continue
 			}
+			// Its tasks run for an hour: none ends before the stop.
+			live := true
+			if w.stopped {
+				t, err := clientlib.Decode(clientlib.Tasks, kv.GetValue(), kv.GetVersion())
+				live = err != nil || !ended(t)
+			}
+			w.tasks[k] = live
 		case strings.HasPrefix(k, clientlib.Bindings.Prefix):
 			if put {
 				w.bindings++
-				if w.deleted {
+				if w.stopped {
 					w.violations = append(w.violations, "bound "+k)
 				}
 			} else {
@@ -453,7 +527,7 @@ func (w *jobWatch) observe(cs *storev1.ChangeSet) {
 			}
 			switch run.GetPhase() {
 			case troupev1.RunPhase_RUN_PHASE_RUNNING:
-				if !w.started[k] && w.deleted {
+				if !w.started[k] && w.stopped {
 					w.violations = append(w.violations, "started "+k)
 				}
 				w.started[k] = true
@@ -462,4 +536,25 @@ func (w *jobWatch) observe(cs *storev1.ChangeSet) {
 			}
 		}
 	}
+}
+
+// live counts the job's tasks that have not ended; w.mu is held.
+func (w *jobWatch) live() int {
+	n := 0
+	for _, l := range w.tasks {
+		if l {
+			n++
+		}
+	}
+	return n
+}
+
+// ended reports whether t is in a final phase.
+func ended(t *troupev1.Task) bool {
+	switch t.GetStatus().GetPhase() {
+	case troupev1.TaskPhase_TASK_PHASE_SUCCEEDED, troupev1.TaskPhase_TASK_PHASE_FAILED,
+		troupev1.TaskPhase_TASK_PHASE_STOPPED, troupev1.TaskPhase_TASK_PHASE_LOST:
+		return true
+	}
+	return false
 }

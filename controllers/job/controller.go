@@ -38,28 +38,52 @@ type Controller struct {
 	tasks  *cache.Informer[*troupev1.Task]
 	runs   *cache.Informer[*troupev1.Run]
 	quotas *cache.Informer[*troupev1.Quota]
-	queue  *cache.WorkQueue
+	// policies are the cell's ValidationPolicies, which validator
+	// follows: the rules a job must keep for its first tasks to be
+	// created (State.Refused).
+	policies  *cache.Informer[*troupev1.ValidationPolicy]
+	validator *clientlib.Validator
+	queue     *cache.WorkQueue
 	// written are the task writes the task cache does not show yet.
 	written written
 }
 
 // indexAdmission indexes the jobs waiting for their namespace's quota
-// (status.admission set) by namespace.
-const indexAdmission = "admission"
+// (status.admission set, not a refusal) by namespace; indexRefused the
+// jobs refused under the cell's policies (clientlib.JobRefused), all
+// under "".
+const (
+	indexAdmission = "admission"
+	indexRefused   = "refused"
+)
 
 // New returns a job controller over store s (a *clientlib.Client, or an
-// in-memory store in tests).
+// in-memory store in tests). The controller judges jobs under the cell's
+// ValidationPolicies itself; s must enforce the built-in rules alone (no
+// LoadPolicies or StartPolicies on it), or its status writes of the jobs
+// it refuses, or of those admitted before a limit was lowered, would be
+// refused too.
 func New(s clientlib.Store, cfg Config) (*Controller, error) {
 	if cfg.Now == nil || cfg.Logger == nil {
 		return nil, errors.New("job controller: Now and Logger are required")
 	}
-	ctl := &Controller{cfg: cfg, s: s, queue: cache.NewWorkQueue(cfg.Queue)}
+	v, err := clientlib.NewValidator()
+	if err != nil {
+		return nil, fmt.Errorf("job controller: %w", err)
+	}
+	ctl := &Controller{cfg: cfg, s: s, queue: cache.NewWorkQueue(cfg.Queue), validator: v}
 	ctl.jobs = clientlib.NewInformer(s, clientlib.Jobs, "", map[string]cache.IndexFunc[*troupev1.Job]{
 		indexAdmission: func(j *troupev1.Job) []string {
-			if j.GetStatus().GetAdmission() == "" {
+			if j.GetStatus().GetAdmission() == "" || clientlib.JobRefused(j) {
 				return nil
 			}
 			return []string{j.GetMetadata().GetNamespace()}
+		},
+		indexRefused: func(j *troupev1.Job) []string {
+			if !clientlib.JobRefused(j) {
+				return nil
+			}
+			return []string{""}
 		},
 	})
 	ctl.tasks = clientlib.NewInformer(s, clientlib.Tasks, "", clientlib.TaskIndexes())
@@ -89,6 +113,20 @@ func New(s clientlib.Store, cfg Config) (*Controller, error) {
 			}
 		},
 		OnUnreadable: cfg.Events.RecordUnreadable,
+	})
+	// The controller judges with the cell's policies, and writes with the
+	// built-in rules alone (s carries no validator of the policies): its
+	// status writes of a refused job, or of one admitted before a limit
+	// was lowered, are not refused. A change of the policies has the
+	// refused jobs judged again.
+	ctl.policies = clientlib.NewInformer(s, clientlib.ValidationPolicies, "", nil)
+	v.Follow(ctl.policies, func(err error) {
+		if err != nil {
+			cfg.Logger.Warn("validation policies that do not compile are not enforced", zap.Error(err))
+		}
+		for _, k := range ctl.jobs.Indexer().IndexKeys(indexRefused, "") {
+			ctl.queue.Add(jobFromKey(k, clientlib.Jobs.Prefix))
+		}
 	})
 	quotaChanged := func(_ string, q *troupev1.Quota) { ctl.wakeWaiting(q.GetMetadata().GetName()) }
 	ctl.quotas.AddHandler(cache.Handler[*troupev1.Quota]{
@@ -120,7 +158,7 @@ func (ctl *Controller) wakeWaiting(namespace string) {
 
 // caches are the controller's informers.
 func (ctl *Controller) caches() []cache.Syncer {
-	return []cache.Syncer{ctl.jobs, ctl.tasks, ctl.runs, ctl.quotas}
+	return []cache.Syncer{ctl.jobs, ctl.tasks, ctl.runs, ctl.quotas, ctl.policies}
 }
 
 // Run reconciles jobs until ctx ends.
@@ -175,9 +213,10 @@ func (ctl *Controller) process(ctx context.Context, job string) {
 
 // sync reconciles one job ("<namespace>/<name>"): it writes what the
 // tasks' runs say (Observe), then what Plan decides from the job and
-// its tasks as written. A positive duration asks to be called again then
-// (a retry backoff is running). An error that matches
-// clientlib.ErrOverQuota says that tasks wait for quota.
+// its tasks as written, and, for a job with no task yet, the controller's
+// verdict on it under the cell's policies (judge). A positive duration
+// asks to be called again then (a retry backoff is running). An error
+// that matches clientlib.ErrOverQuota says that tasks wait for quota.
 func (ctl *Controller) sync(ctx context.Context, jobName string) (time.Duration, error) {
 	jobKey := clientlib.Jobs.Prefix + jobName
 	job, ok := ctl.jobs.Indexer().Get(jobKey)
@@ -209,13 +248,30 @@ func (ctl *Controller) sync(ctx context.Context, jobName string) (time.Duration,
 			tasks[i] = written
 		}
 	}
-	ch := Plan(State{Job: job, Tasks: tasks, Unreadable: func(i int32) bool {
+	st := State{Job: job, Tasks: tasks, Unreadable: func(i int32) bool {
 		return ctl.tasks.Unreadable(taskKey(jobName, i)) != nil
-	}}, now)
+	}}
+	if st.admitting() {
+		st.Refused = ctl.judge(job)
+	}
+	ch := Plan(st, now)
 	if err := ctl.commit(ctx, jobName, job, ch, quota); err != nil {
 		return 0, err
 	}
 	return ch.RetryIn, nil
+}
+
+// judge returns the rules job breaks under the cell's policies as the
+// controller follows them (and the built-in ones): why its first tasks
+// are not created, whatever client wrote it.
+func (ctl *Controller) judge(job *troupev1.Job) []clientlib.FieldError {
+	var invalid *clientlib.ValidationError
+	if err := clientlib.ValidateWith(ctl.validator, clientlib.Jobs, job); errors.As(err, &invalid) {
+		return invalid.Errors
+	} else if err != nil {
+		return []clientlib.FieldError{{Rule: "validate", Message: err.Error()}}
+	}
+	return nil
 }
 
 // runOf returns the Run of bound task t's current machine, if cached.
@@ -243,7 +299,8 @@ func (ctl *Controller) runOf(t *troupev1.Task) *troupev1.Run {
 // missing, a task to replace stays ended), the other writes go on, the
 // job's status.admission says why, and commit returns the *QuotaError so
 // that the job is looked at again. Once nothing waits, the admission
-// message is cleared.
+// message is cleared. A job refused under the cell's policies (Plan's
+// verdict: see State.Refused) keeps the admission Plan wrote.
 func (ctl *Controller) commit(ctx context.Context, jobName string, job *troupev1.Job, ch Changes, quota *troupev1.Quota) error {
 	jobKey := clientlib.Jobs.Prefix + jobName
 	wrote := func(gone bool) func(t *troupev1.Task, version uint64) {
@@ -305,6 +362,9 @@ func (ctl *Controller) commit(ctx context.Context, jobName string, job *troupev1
 		}, wait.refused); err != nil {
 			return err
 		}
+	}
+	if clientlib.JobRefused(job) {
+		return nil // its admission is the policies' verdict (Plan's), not the quota's
 	}
 	return ctl.admit(ctx, job, wait)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/troupe-cluster/troupe/clientlib"
 	"github.com/troupe-cluster/troupe/clientlib/cache"
 	"github.com/troupe-cluster/troupe/clientlib/clienttest"
+	"github.com/troupe-cluster/troupe/clientlib/clienttest/wait"
 	"github.com/troupe-cluster/troupe/controllers/job"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 	"github.com/troupe-cluster/troupe/schedulers/profiles"
@@ -94,22 +95,11 @@ func (c *cell) runControllerLogging(workers int, log *zap.Logger) {
 	go ctl.Run(c.ctx)
 }
 
-// until polls cond until it holds.
+// until polls cond until it holds, failing the test when the cell's
+// context ends first.
 func (c *cell) until(what string, cond func() (bool, string)) {
 	c.t.Helper()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		select {
-		case <-c.ctx.Done():
-			c.t.Fatalf("%s: %s", what, last)
-		case <-tick.C:
-		}
-	}
+	wait.Until(c.ctx, c.t, what, cond)
 }
 
 func (c *cell) tasks(job string) []*troupev1.Task {

@@ -3,6 +3,19 @@
 //
 //   - It creates a job's tasks (one per index below spec.count), pending
 //     for the job's scheduler.
+//   - It is where the cell's ValidationPolicies bind, whatever client
+//     wrote a job: it follows them (a clientlib.Validator of its own,
+//     with DefaultJobLimits unless the cell stores its own job-limits)
+//     and, before it creates a job's first tasks, checks the job against
+//     them (and the built-in rules). A job that breaks them gets no
+//     task: it stays pending, its status.admission says
+//     "refused: FIELD: MESSAGE (policy/NAME)" (clientlib.AdmissionRefused),
+//     and a Refused warning is recorded once per verdict. The refused
+//     jobs are judged again when the policies change, and a job when it
+//     is edited; once it passes, its tasks are created. A job that has
+//     tasks is not judged (nor its scale-up), so a limit lowered later
+//     never blocks a job already admitted; the controller's own writes
+//     enforce the built-in rules alone.
 //   - It follows each bound task's Run (written by the machine's agent):
 //     a running task is marked RUNNING; a finished one is unbound (its
 //     Binding deleted, its machine's counters given back) and marked
@@ -55,9 +68,14 @@
 //	   ├─ each bound task ─▶ Observe(task, run) ─▶ TaskUpdate ─▶ commit
 //	   │                                                    │
 //	   ▼            the tasks, as written ◀─────────────────┘
-//	Plan(State{job, tasks}, now) ─▶ Changes ─▶ commit in order: Delete,
-//	                                           Update, Create (batched),
-//	                                           Status; requeue after RetryIn
+//	Plan(State{job, tasks, refused}, now) ─▶ Changes ─▶ commit in order:
+//	                         Delete, Status, Update, Create (batched);
+//	                         requeue after RetryIn
+//
+// The verdict on a job without tasks under the cell's policies
+// (State.Refused: the rules it breaks) is worked out by the controller,
+// from its Validator, before Plan, which heeds it only while the job has
+// no task and is not stopped.
 //
 // Each change is its own small transaction with version conditions, but
 // for the creation of tasks, whose puts go in as few requests as the
@@ -67,7 +85,8 @@
 // are recorded (Config.Events): tasks created (TasksCreated) or stopped
 // above a reduced count (ScaledDown), a task failed (Failed, with its
 // exit code), retried (Retrying, n of max_retries) or, for a service,
-// replaced (Replaced), and the job succeeded, failed or stopped.
+// replaced (Replaced), the job refused under the cell's policies
+// (Refused), and the job succeeded, failed or stopped.
 //
 // The scripts in testdata/*.txt drive Observe and Plan through these
 // cases (see plan_script_test.go).

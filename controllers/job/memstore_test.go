@@ -73,7 +73,7 @@ func (c *memCell) startCaches() {
 	if err := c.ctl.StartCaches(c.ctx); err != nil {
 		c.t.Fatal(err)
 	}
-	if err := c.s.WaitForWatches(c.ctx, 4); err != nil { // jobs, tasks, runs, quotas
+	if err := c.s.WaitForWatches(c.ctx, 5); err != nil { // jobs, tasks, runs, quotas, policies
 		c.t.Fatal(err)
 	}
 }

@@ -25,6 +25,31 @@ type State struct {
 	// (see clientlib.DecodeAt): no task is created over it, and it is
 	// not counted. Nil: every task can be read.
 	Unreadable func(index int32) bool
+	// Refused are the rules the job breaks (the controller's verdict:
+	// clientlib.ValidateWith under the cell's ValidationPolicies, with
+	// DefaultJobLimits unless the cell stores its own); nil: none, or
+	// not checked. They hold back only a job's first tasks: Plan heeds
+	// them while the job has no task and is not stopped (admitting), so a
+	// job admitted before a limit was lowered is never blocked, and the
+	// controller checks no other job.
+	Refused []clientlib.FieldError
+}
+
+// admitting reports whether Plan would create the first tasks of s's
+// job, and so heeds s.Refused: the job exists, is not stopped, and has no
+// task, readable or not (below its count).
+func (s State) admitting() bool {
+	if s.Job == nil || s.Job.GetSpec().GetStopped() || len(s.Tasks) > 0 {
+		return false
+	}
+	if s.Unreadable != nil {
+		for i := range s.Job.GetSpec().GetCount() {
+			if s.Unreadable(i) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // Action is why a TaskUpdate writes a task.
@@ -213,6 +238,9 @@ func Plan(s State, now time.Time) Changes {
 		}
 		return ch
 	}
+	if len(s.Refused) > 0 && s.admitting() {
+		return refuse(job, s.Refused)
+	}
 	ch := Changes{job: job}
 	v := versionsOf(job, now)
 	status := &troupev1.JobStatus{}
@@ -234,6 +262,38 @@ func Plan(s State, now time.Time) Changes {
 	ch.Status, ch.StatusEvents = jobStatus(job, status, exhausted, now)
 	if ch.Status != nil {
 		ch.StatusEvents = append(v.events, ch.StatusEvents...)
+	}
+	return ch
+}
+
+// refuse plans a job that has no task and breaks the rules in errs: no
+// task is created, and the job waits, its status.admission saying why
+// (clientlib.AdmissionRefused), with a Refused warning when that is new.
+// The versions its status holds (if it ever had tasks) are kept; a new
+// job has none until it is admitted.
+func refuse(job *troupev1.Job, errs []clientlib.FieldError) Changes {
+	ch := Changes{job: job}
+	rules := make([]string, len(errs))
+	for i, e := range errs {
+		rules[i] = e.String()
+	}
+	why := strings.Join(rules, "; ")
+	old := job.GetStatus()
+	st := &troupev1.JobStatus{Phase: troupev1.JobPhase_JOB_PHASE_PENDING, Admission: clientlib.AdmissionRefused + why,
+		Version: old.GetVersion(), StableVersion: old.GetStableVersion(), Rollout: old.GetRollout()}
+	for _, h := range old.GetHistory() {
+		st.History = append(st.History, proto.Clone(h).(*troupev1.JobVersion))
+	}
+	if st.Rollout != nil {
+		st.Rollout = proto.Clone(st.Rollout).(*troupev1.Rollout)
+	}
+	if proto.Equal(old, st) {
+		return ch
+	}
+	ch.Status = st
+	if old.GetAdmission() != st.Admission {
+		ch.StatusEvents = []Event{jobEvent(job, clientlib.EventWarning, "Refused",
+			"No task created: the job breaks the cell's policies (edit it, or the policy): %s", why)}
 	}
 	return ch
 }
@@ -482,8 +542,12 @@ func jobStatus(job *troupev1.Job, st *troupev1.JobStatus, exhausted string, now 
 		st.Phase = troupev1.JobPhase_JOB_PHASE_PENDING
 	}
 	old := job.GetStatus()
-	// The controller's own admission verdict (see Controller.commit).
-	st.Admission = old.GetAdmission()
+	// The controller's own admission verdict on quota (see
+	// Controller.commit); a refusal under the policies no longer holds
+	// (see refuse): the job got past them.
+	if !clientlib.JobRefused(job) {
+		st.Admission = old.GetAdmission()
+	}
 	final := st.Phase == troupev1.JobPhase_JOB_PHASE_SUCCEEDED || st.Phase == troupev1.JobPhase_JOB_PHASE_FAILED
 	if final {
 		st.Finished = old.GetFinished()

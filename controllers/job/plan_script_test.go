@@ -51,11 +51,19 @@ package job_test
 //	    Task I is deleted (by someone else).
 //	unreadable index=I
 //	    Task I's stored value cannot be read: it leaves the cache.
+//	limits count=N
+//	    The cell stores a job-limits policy allowing at most N tasks per
+//	    job (until then: none, and DefaultJobLimits hold). The job is
+//	    judged under it, as the controller does (State.Refused),
+//	    whatever client wrote it.
 //	advance DUR
 //	    Moves the clock on.
 //	sync [dry]
-//	    Observe for each bound task (in index order), then Plan, at now:
-//	    prints the changes and applies them (dry: prints only).
+//	    Observe for each bound task (in index order), then Plan, at now,
+//	    with the controller's verdict on the job under the cell's
+//	    policies (judged before every Plan: Plan heeds it only for a job
+//	    without tasks): prints the changes and applies them (dry: prints
+//	    only).
 //	state [spec]
 //	    The job's status and its tasks (spec: with their specs).
 //
@@ -64,6 +72,7 @@ package job_test
 // same changes when asked twice.
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -82,8 +91,15 @@ import (
 
 func TestPlanScripts(t *testing.T) {
 	scripttest.Run(t, func() *jobScript {
+		v, err := clientlib.NewValidator()
+		if err == nil {
+			err = v.SetPolicies(nil)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
 		return &jobScript{clock: scripttest.NewClock(), tasks: map[int32]*troupev1.Task{}, runs: map[string]*troupev1.Run{},
-			unreadable: map[int32]bool{}}
+			unreadable: map[int32]bool{}, policies: v}
 	}, jobCommands)
 }
 
@@ -96,6 +112,7 @@ type jobScript struct {
 	tasks      map[int32]*troupev1.Task
 	runs       map[string]*troupev1.Run // by "<machine>/<index>"
 	unreadable map[int32]bool
+	policies   *clientlib.Validator // the cell's ValidationPolicies, as the controller follows them
 }
 
 var jobCommands = map[string]func(*jobScript, *scripttest.Args) string{
@@ -109,6 +126,7 @@ var jobCommands = map[string]func(*jobScript, *scripttest.Args) string{
 	"task":        (*jobScript).cmdTask,
 	"delete-task": (*jobScript).cmdDeleteTask,
 	"unreadable":  (*jobScript).cmdUnreadable,
+	"limits":      (*jobScript).cmdLimits,
 	"advance":     func(s *jobScript, a *scripttest.Args) string { return s.clock.Advance(a) },
 	"sync":        (*jobScript).cmdSync,
 	"state":       (*jobScript).cmdState,
@@ -324,6 +342,33 @@ func (s *jobScript) cmdUnreadable(a *scripttest.Args) string {
 	return fmt.Sprintf("task %d unreadable", i)
 }
 
+func (s *jobScript) cmdLimits(a *scripttest.Args) string {
+	n := a.Int("count", -1)
+	if n < 0 {
+		a.Fatalf("limits needs count=N")
+	}
+	p := &troupev1.ValidationPolicy{Metadata: &troupev1.ObjectMeta{Name: clientlib.JobLimitsPolicy, Version: s.nextVersion()},
+		Spec: &troupev1.ValidationPolicySpec{Kinds: []string{clientlib.Jobs.Name}, Rules: []*troupev1.ValidationRule{{
+			Expression: fmt.Sprintf("object.spec.count <= %d", n), FieldPath: "spec.count", Message: fmt.Sprintf("at most %d tasks here", n)}}}}
+	if err := clientlib.Validate(clientlib.ValidationPolicies, p); err != nil {
+		a.Fatalf("%v", err)
+	}
+	if err := s.policies.SetPolicies([]*troupev1.ValidationPolicy{p}); err != nil {
+		a.Fatalf("%v", err)
+	}
+	return fmt.Sprintf("policy job-limits: %s", p.GetSpec().GetRules()[0].GetExpression())
+}
+
+// refused is the controller's verdict on the job under the cell's
+// policies: the rules it breaks.
+func (s *jobScript) refused() []clientlib.FieldError {
+	var invalid *clientlib.ValidationError
+	if err := clientlib.ValidateWith(s.policies, clientlib.Jobs, s.job); errors.As(err, &invalid) {
+		return invalid.Errors
+	}
+	return nil
+}
+
 func (s *jobScript) cmdSync(a *scripttest.Args) string {
 	dry := a.Flag("dry")
 	saved, savedRev := maps.Clone(s.tasks), s.rev
@@ -348,6 +393,9 @@ func (s *jobScript) cmdSync(a *scripttest.Args) string {
 		s.put(proto.Clone(u.To).(*troupev1.Task))
 	}
 	st := job.State{Job: s.job, Tasks: slices.Collect(maps.Values(s.tasks)), Unreadable: func(i int32) bool { return s.unreadable[i] }}
+	if s.job != nil {
+		st.Refused = s.refused()
+	}
 	in := cloneState(st)
 	ch := job.Plan(st, s.clock.Now)
 	if !sameState(in, st) {
@@ -410,7 +458,7 @@ func (s *jobScript) cmdState(a *scripttest.Args) string {
 }
 
 func cloneState(st job.State) job.State {
-	out := job.State{Job: proto.Clone(st.Job).(*troupev1.Job)}
+	out := job.State{Job: proto.Clone(st.Job).(*troupev1.Job), Refused: slices.Clone(st.Refused)}
 	for _, t := range st.Tasks {
 		out.Tasks = append(out.Tasks, proto.Clone(t).(*troupev1.Task))
 	}
@@ -418,7 +466,8 @@ func cloneState(st job.State) job.State {
 }
 
 func sameState(a, b job.State) bool {
-	return proto.Equal(a.Job, b.Job) && slices.EqualFunc(a.Tasks, b.Tasks, func(x, y *troupev1.Task) bool { return proto.Equal(x, y) })
+	return proto.Equal(a.Job, b.Job) && slices.EqualFunc(a.Tasks, b.Tasks, func(x, y *troupev1.Task) bool { return proto.Equal(x, y) }) &&
+		slices.Equal(a.Refused, b.Refused)
 }
 
 func lower(s, prefix string) string { return strings.ToLower(strings.TrimPrefix(s, prefix)) }
@@ -448,6 +497,9 @@ func describeStatus(st *troupev1.JobStatus) string {
 	}
 	if st.GetMessage() != "" {
 		line += fmt.Sprintf(" message=%q", st.GetMessage())
+	}
+	if st.GetAdmission() != "" {
+		line += fmt.Sprintf(" admission=%q", st.GetAdmission())
 	}
 	if st.GetVersion() > 1 || st.GetRollout() != nil {
 		line += fmt.Sprintf("\n  version=%d stable=%d history:", st.GetVersion(), st.GetStableVersion())

@@ -79,7 +79,7 @@ func TestUpdateFinishesAfterControllerRestart(t *testing.T) {
 	if err := c.ctl.StartCaches(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.s.WaitForWatches(ctx, 8); err != nil { // the first controller's caches still follow the store
+	if err := c.s.WaitForWatches(ctx, 10); err != nil { // the first controller's caches still follow the store
 		t.Fatal(err)
 	}
 	c.syncAll(deadline)
