@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"go.uber.org/zap"
+
 	"github.com/troupe-cluster/troupe/clientlib/cache"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 )
@@ -91,15 +93,10 @@ func (c *Client) StartPolicies(ctx context.Context) error {
 		return err
 	}
 	inf := NewInformer(c, ValidationPolicies, "", nil)
-	reload := func() {
-		if err := v.SetPolicies(inf.Indexer().List()); err != nil {
-			c.log.Warn("clientlib: some validation policies do not compile and are not enforced")
+	v.Follow(inf, func(err error) {
+		if err != nil {
+			c.log.Warn("clientlib: some validation policies do not compile and are not enforced", zap.Error(err))
 		}
-	}
-	inf.AddHandler(cache.Handler[*troupev1.ValidationPolicy]{
-		OnAdd:    func(string, *troupev1.ValidationPolicy) { reload() },
-		OnUpdate: func(string, *troupev1.ValidationPolicy, *troupev1.ValidationPolicy) { reload() },
-		OnDelete: func(string, *troupev1.ValidationPolicy) { reload() },
 	})
 	go inf.Run(ctx)
 	if err := inf.WaitForSync(ctx); err != nil {

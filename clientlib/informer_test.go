@@ -186,7 +186,8 @@ func TestInformerRecoversFromCompaction(t *testing.T) {
 }
 
 // A policy stored through one client is enforced by another client that
-// follows the cell's policies, including a policy added after it started.
+// follows the cell's policies, including a policy added after it started;
+// before the cell stores any, the default job limits hold.
 func TestStartPoliciesAcrossClients(t *testing.T) {
 	cc := startClientCluster(t, 1, nil)
 	ctx, cancel := context.WithTimeout(t.Context(), clientTestTimeout)
@@ -195,6 +196,10 @@ func TestStartPoliciesAcrossClients(t *testing.T) {
 	if err := user.StartPolicies(ctx); err != nil {
 		t.Fatal(err)
 	}
+	huge := &troupev1.Job{Metadata: &troupev1.ObjectMeta{Name: "huge", Namespace: "x"}, Spec: &troupev1.JobSpec{
+		Count: clientlib.DefaultMaxTasks + 1, Template: &troupev1.TaskTemplate{Command: "/bin/true"}}}
+	_, err := clientlib.Create(ctx, user, clientlib.Jobs, huge)
+	wantInvalid(t, "job over the default limits", err, "spec.count", "policy/"+clientlib.JobLimitsPolicy)
 	if _, err := clientlib.Create(ctx, admin, clientlib.ValidationPolicies, &troupev1.ValidationPolicy{
 		Metadata: &troupev1.ObjectMeta{Name: "no-root"},
 		Spec: &troupev1.ValidationPolicySpec{Kinds: []string{"Task"}, Rules: []*troupev1.ValidationRule{{
@@ -208,7 +213,7 @@ func TestStartPoliciesAcrossClients(t *testing.T) {
 		loaded := user.Validator().Loaded()
 		return loaded["no-root"] != 0, fmt.Sprint(loaded)
 	})
-	_, err := clientlib.Create(ctx, user, clientlib.Tasks, bad)
+	_, err = clientlib.Create(ctx, user, clientlib.Tasks, bad)
 	wantInvalid(t, "task against the stored policy", err, "spec.template.command", "policy/no-root")
 	if _, err := clientlib.Create(ctx, user, clientlib.Tasks, testTask("x", 1, "")); err != nil {
 		t.Fatalf("task within the policy: %v", err)

@@ -13,8 +13,9 @@ import (
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 )
 
-// get jobs says in its REASON column why a job's tasks wait: OverQuota
-// while admission holds them back, its scheduler's reason (its
+// get jobs says in its REASON column why a job's tasks wait: Refused
+// while the cell's policies refuse the job, OverQuota while its quota
+// holds them back, its scheduler's reason (its
 // JobScheduling) while some are pending, "-" otherwise; describe job
 // shows the scheduler's word in a Scheduling section, the machines each
 // filter refused most first.
@@ -30,6 +31,7 @@ func TestJobReasonAndSchedulingSection(t *testing.T) {
 	for name, st := range map[string]*troupev1.JobStatus{
 		"stuck":  {Phase: troupev1.JobPhase_JOB_PHASE_PENDING, Pending: 2},
 		"held":   {Phase: troupev1.JobPhase_JOB_PHASE_PENDING, Admission: "namespace default is over its cpu quota"},
+		"denied": {Phase: troupev1.JobPhase_JOB_PHASE_PENDING, Admission: clientlib.AdmissionRefused + "spec.count: at most 1 tasks here (policy/job-limits)"},
 		"placed": {Phase: troupev1.JobPhase_JOB_PHASE_RUNNING, Running: 2},
 		"fresh":  {Phase: troupev1.JobPhase_JOB_PHASE_PENDING, Pending: 2},
 	} {
@@ -63,7 +65,7 @@ func TestJobReasonAndSchedulingSection(t *testing.T) {
 		if header := strings.Fields(rows[0]); header[len(header)-1] != "REASON" {
 			t.Fatalf("%s: no REASON column last:\n%s", args, out)
 		}
-		want := map[string]string{"stuck": "Unschedulable", "held": "OverQuota", "placed": "-", "fresh": "-"}
+		want := map[string]string{"stuck": "Unschedulable", "held": "OverQuota", "denied": "Refused", "placed": "-", "fresh": "-"}
 		if len(args) > 2 && args[2] == "stuck" {
 			want = map[string]string{"stuck": "Unschedulable", "fresh": "-"}
 		}

@@ -377,12 +377,15 @@ func jobColumns(now time.Time, says map[string]*troupev1.SchedulingStatus) []col
 	}
 }
 
-// jobReason is why a job's tasks wait, as a word: OverQuota while its
-// admission holds their creation back, else its scheduler's last reason
+// jobReason is why a job's tasks wait, as a word: Refused while the
+// cell's policies refuse it (no task is created), OverQuota while its
+// quota holds their creation back, else its scheduler's last reason
 // (its JobScheduling, sc: "Unschedulable") while some are pending.
 func jobReason(j *troupev1.Job, sc *troupev1.SchedulingStatus) string {
 	st := j.GetStatus()
 	switch {
+	case clientlib.JobRefused(j):
+		return "Refused"
 	case st.GetAdmission() != "":
 		return "OverQuota"
 	case st.GetPending() > 0:

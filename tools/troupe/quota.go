@@ -235,7 +235,7 @@ func describeQuota(ctx context.Context, c *clientlib.Client, d *describer, names
 			return err
 		}
 	}
-	waiting := slices.DeleteFunc(jobs, func(j *troupev1.Job) bool { return j.GetStatus().GetAdmission() == "" })
+	waiting := slices.DeleteFunc(jobs, func(j *troupev1.Job) bool { return j.GetStatus().GetAdmission() == "" || clientlib.JobRefused(j) })
 	if len(waiting) == 0 {
 		d.field(0, "Waiting jobs", "<none>")
 		return nil

@@ -20,6 +20,7 @@ package storerun
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
@@ -115,6 +116,21 @@ func (o Options) Run(ctx context.Context, cfg sim.Config, src workload.Source) (
 	return r.run(ctx, src)
 }
 
+// admitTraceJobs stores a job-limits policy that admits every job the
+// built-in rules do, unless the store has one: a trace's jobs are what
+// they were (Google's hold up to tens of thousands of tasks), and the
+// job controller would refuse those over the default limits.
+func (r *run) admitTraceJobs(ctx context.Context) error {
+	_, err := clientlib.Create(ctx, r.c, clientlib.ValidationPolicies, &troupev1.ValidationPolicy{
+		Metadata: &troupev1.ObjectMeta{Name: clientlib.JobLimitsPolicy},
+		Spec: &troupev1.ValidationPolicySpec{Kinds: []string{clientlib.Jobs.Name}, Rules: []*troupev1.ValidationRule{
+			{Expression: "true", Message: "a replayed workload's jobs are admitted as the trace has them"}}}})
+	if _, exists := errors.AsType[*clientlib.ConflictError](err); exists {
+		return nil
+	}
+	return err
+}
+
 // run is one experiment against the store.
 type run struct {
 	cfg       sim.Config
@@ -205,6 +221,9 @@ func (r *run) run(ctx context.Context, src workload.Source) (*sim.Stats, error) 
 		return nil, err
 	}
 	if err := r.checkEmpty(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.admitTraceJobs(ctx); err != nil {
 		return nil, err
 	}
 	r.ctx, r.stop = context.WithCancel(ctx)
