@@ -452,6 +452,16 @@ func createBatch(tasks []*troupev1.Task) int {
 	return len(tasks)
 }
 
+// NewTask returns task i of job as the controller creates it for the
+// job's spec as it is (its content as the current version): what a
+// client that asks where a job's tasks would go (troupe apply's room
+// check) decides about.
+func NewTask(job *troupev1.Job, i int32, now time.Time) *troupev1.Task {
+	v := content(job.GetSpec())
+	v.Version = max(1, job.GetStatus().GetVersion())
+	return newTask(job, v, i, now)
+}
+
 // newTask returns task i of job, its first attempt, pending for the job's
 // scheduler.
 func newTask(job *troupev1.Job, v *troupev1.JobVersion, i int32, now time.Time) *troupev1.Task {

@@ -9,10 +9,12 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/troupe-cluster/troupe/clientlib"
+	jobcontroller "github.com/troupe-cluster/troupe/controllers/job"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 	"github.com/troupe-cluster/troupe/schedulers/framework"
 	"github.com/troupe-cluster/troupe/schedulers/profiles"
@@ -102,7 +104,7 @@ func (r *cellRoom) unfit(job *troupev1.Job) (string, error) {
 	gang := max(min(spec.GetGangMin(), spec.GetCount()), 1)
 	tasks := make([]*framework.Task, gang)
 	for i := range tasks {
-		t := pendingTask(job, int32(i))
+		t := jobcontroller.NewTask(job, int32(i), time.Now())
 		key, err := clientlib.Tasks.Key(t)
 		if err != nil {
 			return "", err
@@ -163,21 +165,6 @@ func (r *cellRoom) unfit(job *troupev1.Job) (string, error) {
 	}
 	return fmt.Sprintf("warning: job %s: %s; %s, and the most any of them has free is %s (%s): %s",
 		name, what, admits(len(admitted), len(machines), staticRefusals(st, static)), quantities(free), most.Name, wait), nil
-}
-
-// pendingTask returns task i of job as the job controller creates it,
-// with what the scheduler's filters read: the template, constraints and
-// tolerations, and the job's scheduling fields.
-func pendingTask(job *troupev1.Job, i int32) *troupev1.Task {
-	spec := job.GetSpec()
-	return &troupev1.Task{
-		Metadata: &troupev1.ObjectMeta{Name: clientlib.TaskName(job.GetMetadata().GetName(), i), Namespace: job.GetMetadata().GetNamespace(),
-			Labels: job.GetMetadata().GetLabels()},
-		Spec: &troupev1.TaskSpec{Job: job.GetMetadata().GetName(), Index: i, Type: spec.GetType(), Priority: spec.GetPriority(),
-			Scheduler: spec.GetScheduler(), GangMin: spec.GetGangMin(), Template: spec.GetTemplate(),
-			Constraints: spec.GetConstraints(), Tolerations: spec.GetTolerations()},
-		Status: &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_PENDING},
-	}
 }
 
 // passes reports whether m passes every one of the static filters for t.
