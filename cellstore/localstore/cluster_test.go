@@ -584,8 +584,8 @@ func TestRestartAllReplicas(t *testing.T) {
 			t.Fatalf("node %d revisions %v, node 1 %v", i, before[i].revs, before[0].revs)
 		}
 	}
-	if len(before[0].kvs) != 13 {
-		t.Fatalf("%d keys before the restart, want 13", len(before[0].kvs))
+	if want := 13 + c.Size(); len(before[0].kvs) != want { // and the nodes' records
+		t.Fatalf("%d keys before the restart, want %d", len(before[0].kvs), want)
 	}
 
 	for i := range c.Size() {

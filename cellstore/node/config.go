@@ -34,6 +34,14 @@ type Config struct {
 	// GRPCAddr is where clients reach the store ("127.0.0.1:0" picks a
 	// free port; see Node.GRPCAddr).
 	GRPCAddr string
+	// AdvertiseGRPCAddr, if set, is the gRPC address the node publishes
+	// for clients and other tools to reach it at (default: GRPCAddr with
+	// the port it got, and the Raft address's host when GRPCAddr names
+	// none or 0.0.0.0), as etcd's advertised client URLs.
+	AdvertiseGRPCAddr string
+	// Version of the binary, which the node publishes and reports in
+	// Status (empty: unknown).
+	Version string
 	// HTTPAddr serves /healthz and /metrics ("" disables it).
 	HTTPAddr string
 	// InitialMembers maps node IDs to Raft addresses for a new cell. Empty:

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lni/dragonboat/v4"
+	"go.uber.org/zap"
 
 	"github.com/troupe-cluster/troupe/cellstore/server"
 	"github.com/troupe-cluster/troupe/cellstore/storeerr"
@@ -26,10 +27,15 @@ import (
 // already changed is skipped, so repeating an interrupted AddMember or
 // RemoveMember finishes it. A node joins as a non-voting member and
 // promotes itself once caught up (learner.go); AddMember waits for that.
+// Each member's gRPC address and version come from the record it
+// published (publish.go).
 
 var _ server.Cluster = (*raftBackend)(nil)
 
-// Members implements server.Cluster.
+// Members implements server.Cluster: the shards' memberships, merged by
+// node, with each member's gRPC address and version from its published
+// record (left empty if it has published none, or the records cannot be
+// read).
 func (b *raftBackend) Members(ctx context.Context) ([]*storev1.Member, error) {
 	byID := map[uint64]*storev1.Member{}
 	for sh := range b.n.cfg.Shards {
@@ -59,6 +65,15 @@ func (b *raftBackend) Members(ctx context.Context) ([]*storev1.Member, error) {
 		for id, addr := range m.NonVotings {
 			mem := add(id, addr)
 			mem.NonVoting = append(mem.NonVoting, sh)
+		}
+	}
+	recs, err := b.nodeRecords(ctx)
+	if err != nil {
+		b.n.log.Debug("reading the nodes' records", zap.Error(err))
+	}
+	for id, mem := range byID {
+		if rec := recs[id]; rec != nil {
+			mem.GrpcAddress, mem.Version = rec.GetGrpcAddress(), rec.GetVersion()
 		}
 	}
 	return slices.SortedFunc(maps.Values(byID), func(a, b *storev1.Member) int { return cmp.Compare(a.GetNodeId(), b.GetNodeId()) }), nil
@@ -170,12 +185,13 @@ func (b *raftBackend) nonVotingShards(id uint64) []uint32 {
 // RemoveMember implements server.Cluster. A shard's leadership moves off
 // the node before it is removed: a leader that applies its own removal
 // steps down at once, possibly before the others learn that the change
-// committed, and they would wait for its vote.
+// committed, and they would wait for its vote. Once the node is removed
+// from every shard, its published record is deleted.
 func (b *raftBackend) RemoveMember(ctx context.Context, id uint64) error {
 	if id == b.n.cfg.NodeID {
 		return storeerr.RemoveSelf.With("remove member: node %d does not remove itself; send the request to another member", id)
 	}
-	return b.reconfigure(ctx, "remove member", func(ctx context.Context, sh uint32, m *dragonboat.Membership) error {
+	err := b.reconfigure(ctx, "remove member", func(ctx context.Context, sh uint32, m *dragonboat.Membership) error {
 		_, voter := m.Nodes[id]
 		if _, ok := member(m, id); !ok {
 			return nil
@@ -191,6 +207,10 @@ func (b *raftBackend) RemoveMember(ctx context.Context, id uint64) error {
 		}
 		return b.nh.SyncRequestDeleteReplica(ctx, shardID(sh), id, m.ConfigChangeID)
 	})
+	if err == nil {
+		b.forgetRecord(ctx, id)
+	}
+	return err
 }
 
 // reconfigure runs step on every shard in turn, each time with the

@@ -58,8 +58,13 @@ type Node struct {
 	// promoting: a joined node's promotion loops (learner.go); Close waits
 	// for them before closing the Raft host they read.
 	promoting sync.WaitGroup
-	closeOnce sync.Once
-	removals  removals // removal.go
+	// publishing: the node publishing its record (publish.go), which
+	// closes published when done; Close waits for it before closing the
+	// Raft host.
+	publishing sync.WaitGroup
+	published  chan struct{}
+	closeOnce  sync.Once
+	removals   removals // removal.go
 }
 
 // Start starts a store node. It returns once the node serves gRPC; shards
@@ -84,6 +89,7 @@ func Start(cfg Config) (*Node, error) {
 	n := &Node{cfg: cfg, log: cfg.Logger, hub: watch.NewHub(wcfg, cfg.Shards), registry: prometheus.NewRegistry(),
 		sms: make([]*statemachine.StateMachine, cfg.Shards)}
 	n.removals.removed = make(chan struct{})
+	n.published = make(chan struct{})
 	if err := n.startRaft(meta); err != nil {
 		return nil, err
 	}
@@ -101,6 +107,7 @@ func Start(cfg Config) (*Node, error) {
 		n.Close()
 		return nil, err
 	}
+	n.publishing.Go(n.publish)
 	n.log.Info("store node started", zap.Uint64("node", cfg.NodeID), zap.String("grpc", n.GRPCAddr()),
 		zap.String("raft", cfg.RaftAddr), zap.Uint32("shards", cfg.Shards))
 	return n, nil
@@ -292,14 +299,20 @@ func (n *Node) Healthy() error {
 	return nil
 }
 
-// WaitReady waits until every shard has a leader, or ctx ends.
+// WaitReady waits until every shard has a leader and the node has
+// published its record (publish.go), or ctx ends.
 func (n *Node) WaitReady(ctx context.Context) error {
 	t := time.NewTicker(n.cfg.RTT)
 	defer t.Stop()
 	for {
 		err := n.Healthy()
 		if err == nil {
-			return nil
+			select {
+			case <-n.published:
+				return nil
+			default:
+				err = errors.New("its record is not published yet")
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -359,7 +372,8 @@ func (n *Node) ID() uint64 { return n.cfg.NodeID }
 
 // Status describes the node and its shards.
 func (n *Node) Status() *storev1.StatusResponse {
-	st := &storev1.StatusResponse{ReplicaId: n.cfg.NodeID, RaftAddress: n.cfg.RaftAddr, GrpcAddress: n.GRPCAddr(), ShardCount: n.cfg.Shards}
+	st := &storev1.StatusResponse{ReplicaId: n.cfg.NodeID, RaftAddress: n.cfg.RaftAddr, GrpcAddress: n.advertisedGRPC(), ShardCount: n.cfg.Shards,
+		Version: n.cfg.Version}
 	for i := range n.cfg.Shards {
 		ss := &storev1.ShardStatus{Shard: i, RaftShardId: shardID(i)}
 		if leader, term, ok, err := n.nh.GetLeaderID(shardID(i)); err == nil && ok {
@@ -398,6 +412,7 @@ func (n *Node) Close() {
 		n.grpcServer.Stop()
 		close(n.stop)
 		n.promoting.Wait()
+		n.publishing.Wait()
 		n.closeRaft()
 	})
 }

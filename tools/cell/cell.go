@@ -60,7 +60,9 @@ type Config struct {
 	// first start, renewed when near expiry) and each role presents its
 	// own: the store, the schedulers, the controllers, each agent.
 	Insecure bool
-	Logger   *zap.Logger
+	// Version of the binary, which the store node publishes.
+	Version string
+	Logger  *zap.Logger
 }
 
 // Cell is a running cell.
@@ -99,7 +101,7 @@ func Start(ctx context.Context, cfg Config) (*Cell, error) {
 	}
 	ncfg := node.DefaultConfig()
 	ncfg.DataDir, ncfg.GRPCAddr, ncfg.HTTPAddr, ncfg.Logger = filepath.Join(cfg.DataDir, "store"), cfg.GRPCAddr, cfg.HTTPAddr, cfg.Logger
-	ncfg.Shards = max(cfg.Shards, 1)
+	ncfg.Shards, ncfg.Version = max(cfg.Shards, 1), cfg.Version
 	var err error
 	if ncfg.RaftAddr, err = raftAddr(cfg.DataDir); err != nil {
 		return nil, err

@@ -49,6 +49,7 @@ func newLogger(level string) (*zap.Logger, error) {
 // subcommands are the store's operations (members, backup, restore).
 func (a *app) storeCommand() *cobra.Command {
 	cfg := node.DefaultConfig()
+	cfg.Version = version
 	var (
 		tf            tlsFlags
 		idFromHost    bool
@@ -139,6 +140,7 @@ or with another cell's credentials, the node says whose it is and exits.`,
 	fs.StringVar(&cfg.RaftListenAddr, "raft-listen-addr", "", "host:port the Raft transport listens on, when --raft-addr is a name it cannot bind (default: --raft-addr)")
 	fs.BoolVar(&idFromHost, "node-id-from-hostname", false, "take the node ID from the hostname's last number plus one (a StatefulSet's store-0 is node 1); overrides --node-id")
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "host:port clients reach the store at")
+	fs.StringVar(&cfg.AdvertiseGRPCAddr, "advertise-grpc-addr", "", "host:port the node publishes for clients (troupe status) to reach it at (default: --grpc-addr with the port it got, and the --raft-addr host when --grpc-addr names none)")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "host:port for /healthz and /metrics (empty: off)")
 	fs.StringVar(&members, "initial-members", "", "a new cell's members, ID=RAFTADDR,... (default: this node alone)")
 	fs.StringVar(&join, "join", "", "join the cell the store node at this gRPC address serves, as a new member")
@@ -236,29 +238,38 @@ func joinCell(out io.Writer, endpoint string, cfg node.Config, n *node.Node) err
 	return printMembers(out, resp.GetMembers())
 }
 
-// statusCommand is `troupe status`: per store node at the endpoints
-// (every one given, or the context's), its addresses, its health (every
-// shard has a leader), the shards it leads, its applied index and how far
-// it lags the most advanced node shown, shard by shard; then the members
-// the store knows that were not asked; -o json prints the nodes' raw
-// status.
+// statusCommand is `troupe status`: per store node of the cell, its
+// addresses, its health (every shard has a leader), the shards it leads,
+// its applied index, how far it lags the most advanced node shown, shard
+// by shard, and its version. It asks the endpoints (every one given, or
+// the context's), then every member of the cell the store lists (Admin
+// ListMembers) that none of them is, at the gRPC address the member
+// published; -o json prints the nodes' raw status.
 func (a *app) statusCommand() *cobra.Command {
 	var (
-		output string
-		cf     *connFlags
+		output  string
+		members bool
+		cf      *connFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show the store nodes' status",
-		Long: `Show each store node at --endpoint (every address given, or the context's):
+		Long: `Show each store node of the cell: those at --endpoint (every address
+given, or the context's), then every other member of the cell, from the
+store's member list, asked at the gRPC address it published. For each:
 its ID, the address asked, the gRPC and Raft addresses it reports, its
 health (every shard has a leader), the shards it leads, its applied index
-(summed over shards) and its lag (the most entries any shard is behind the
-most advanced node shown); then the cell's other members (from the store's
-member list), not asked; and the CLI's version. It exits with status 1
-when a node asked is unreachable, unhealthy or removed from the cell.`,
-		Example: `  troupe status --endpoint 127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003`,
-		Args:    noArgs,
+(summed over shards), its lag (the most entries any shard is behind the
+most advanced node shown) and its version (for a member that does not
+answer, the one it last published); then the CLI's version. A member
+that has published no gRPC address is shown as such. It exits with
+status 1 when a node is unreachable, unhealthy, removed from the cell,
+or a member cannot be asked. --members=false asks the endpoints alone
+(a store node's own health check, which another node's outage must not
+fail).`,
+		Example: `  troupe status --endpoint 127.0.0.1:7001
+  troupe status --endpoint 127.0.0.1:7000 --members=false   # this node only`,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if output != "table" && output != "json" {
 				return usagef("-o is table or json, not %q", output)
@@ -267,18 +278,19 @@ when a node asked is unreachable, unhealthy or removed from the cell.`,
 			if err != nil {
 				return err
 			}
-			eps := t.endpoints
-			sts := make([]*storev1.StatusResponse, len(eps))
-			errs := make([]error, len(eps))
-			var wg sync.WaitGroup
-			for i, ep := range eps {
-				wg.Go(func() { sts[i], errs[i] = nodeStatus(cmd.Context(), ep, t.creds, cf.timeout) })
-			}
-			wg.Wait()
+			eps := slices.Clone(t.endpoints)
+			sts, errs := nodeStatuses(cmd.Context(), eps, t.creds, cf.timeout)
 			if !slices.ContainsFunc(errs, func(err error) bool { return err == nil }) {
 				if err := unreachableAll(t, errs, cf.timeout); err != nil {
 					return err
 				}
+			}
+			var ms []*storev1.Member
+			if members {
+				ms = listMembers(cmd.Context(), t, eps, errs, cf.timeout)
+				more := unasked(ms, eps, sts)
+				moreSts, moreErrs := nodeStatuses(cmd.Context(), more, t.creds, cf.timeout)
+				eps, sts, errs = append(eps, more...), append(sts, moreSts...), append(errs, moreErrs...)
 			}
 			if output == "json" {
 				for i, st := range sts {
@@ -293,12 +305,43 @@ when a node asked is unreachable, unhealthy or removed from the cell.`,
 				}
 				return nil
 			}
-			return printStatus(a.out, eps, sts, errs, listMembers(cmd.Context(), t, eps, errs, cf.timeout))
+			return printStatus(a.out, eps, sts, errs, ms)
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
+	cmd.Flags().BoolVar(&members, "members", true, "also ask the cell's other members, at the gRPC addresses they published (false: the endpoints alone)")
 	cf = a.addConnFlags(cmd, 5*time.Second, "request timeout per node")
 	return cmd
+}
+
+// nodeStatuses asks the nodes at eps for their status, all at once.
+func nodeStatuses(ctx context.Context, eps []string, creds *pki.Source, timeout time.Duration) ([]*storev1.StatusResponse, []error) {
+	sts := make([]*storev1.StatusResponse, len(eps))
+	errs := make([]error, len(eps))
+	var wg sync.WaitGroup
+	for i, ep := range eps {
+		wg.Go(func() { sts[i], errs[i] = nodeStatus(ctx, ep, creds, timeout) })
+	}
+	wg.Wait()
+	return sts, errs
+}
+
+// unasked lists the published gRPC addresses of the members that did
+// not answer at eps (and were not asked there already).
+func unasked(members []*storev1.Member, eps []string, sts []*storev1.StatusResponse) []string {
+	answered := map[uint64]bool{}
+	for _, st := range sts {
+		if st != nil {
+			answered[st.GetReplicaId()] = true
+		}
+	}
+	var out []string
+	for _, m := range members {
+		if a := m.GetGrpcAddress(); a != "" && !answered[m.GetNodeId()] && !slices.Contains(eps, a) && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // unreachableAll is the error of status when no node answered at all:
@@ -337,32 +380,50 @@ func listMembers(ctx context.Context, t target, eps []string, errs []error, time
 // printStatus prints a line per node asked: NODE, ENDPOINT (the address
 // asked), GRPC and RAFT (the addresses it reports), HEALTH, LEADS, APPLIED
 // (the sum over shards of the applied Raft index), LAG (the most entries
-// any shard is behind the most advanced node shown); then a line per
-// member of members no node asked is (its Raft address and leads, as the
-// answering node knows them), and the CLI's version.
+// any shard is behind the most advanced node shown), VERSION; a node that
+// did not answer at a member's published address is that member (its
+// addresses and the version it published, as the answering node knows
+// them). Then a line per member of members not shown, which could not be
+// asked (it published no gRPC address), and the CLI's version. Every node
+// that did not answer, is unhealthy or could not be asked counts as
+// unhealthy.
 func printStatus(out io.Writer, eps []string, sts []*storev1.StatusResponse, errs []error, members []*storev1.Member) error {
 	top := map[uint32]uint64{} // shard -> most advanced applied index shown
-	asked := map[uint64]bool{}
 	for _, st := range sts {
 		for _, sh := range st.GetShards() {
 			top[sh.GetShard()] = max(top[sh.GetShard()], sh.GetAppliedIndex())
 		}
-		if st != nil {
-			asked[st.GetReplicaId()] = true
+	}
+	memberAt := map[string]*storev1.Member{} // by published gRPC address
+	for _, m := range members {
+		if a := m.GetGrpcAddress(); a != "" {
+			memberAt[a] = m
+		}
+	}
+	shown := map[uint64]bool{}
+	for i, st := range sts {
+		if errs[i] == nil {
+			shown[st.GetReplicaId()] = true
 		}
 	}
 	w := tabwriter.NewWriter(out, 0, 4, 3, ' ', 0)
-	fmt.Fprintln(w, "NODE\tENDPOINT\tGRPC\tRAFT\tHEALTH\tLEADS\tAPPLIED\tLAG")
-	unhealthy := 0
+	fmt.Fprintln(w, "NODE\tENDPOINT\tGRPC\tRAFT\tHEALTH\tLEADS\tAPPLIED\tLAG\tVERSION")
+	rows, unhealthy := len(sts), 0
 	for i, st := range sts {
-		if storeerr.Is(errs[i], storeerr.NodeRemoved) {
-			unhealthy++
-			fmt.Fprintf(w, "-\t%s\t-\t-\tremoved: %s\t-\t-\t-\n", eps[i], status.Convert(errs[i]).Message())
-			continue
-		}
 		if errs[i] != nil {
 			unhealthy++
-			fmt.Fprintf(w, "-\t%s\t-\t-\tunreachable: %s\t-\t-\t-\n", eps[i], status.Convert(errs[i]).Message())
+			health := "unreachable: " + status.Convert(errs[i]).Message()
+			if storeerr.Is(errs[i], storeerr.NodeRemoved) {
+				health = "removed: " + status.Convert(errs[i]).Message()
+			}
+			// The member published at this address, if any (the version
+			// column stays empty for an address no member published).
+			id, grpcAddr, raftAddr, ver := "-", "-", "-", ""
+			if m := memberAt[eps[i]]; m != nil && !shown[m.GetNodeId()] {
+				shown[m.GetNodeId()] = true
+				id, grpcAddr, raftAddr, ver = strconv.FormatUint(m.GetNodeId(), 10), m.GetGrpcAddress(), dash(m.GetRaftAddress()), dash(m.GetVersion())
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t-\t-\t-\t%s\n", id, eps[i], grpcAddr, raftAddr, health, ver)
 			continue
 		}
 		var leads, leaderless []uint32
@@ -382,21 +443,28 @@ func printStatus(out io.Writer, eps []string, sts []*storev1.StatusResponse, err
 			unhealthy++
 			health = "no leader for shards " + shardRanges(leaderless)
 		}
-		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", st.GetReplicaId(), eps[i], dash(st.GetGrpcAddress()), dash(st.GetRaftAddress()),
-			health, shardRanges(leads), applied, lag)
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", st.GetReplicaId(), eps[i], dash(st.GetGrpcAddress()), dash(st.GetRaftAddress()),
+			health, shardRanges(leads), applied, lag, dash(st.GetVersion()))
 	}
 	for _, m := range members {
-		if !asked[m.GetNodeId()] {
-			fmt.Fprintf(w, "%d\t-\t-\t%s\tnot asked (a member; add its address to --endpoint)\t%s\t-\t-\n", m.GetNodeId(), dash(m.GetRaftAddress()),
-				shardRanges(m.GetLeads()))
+		if shown[m.GetNodeId()] {
+			continue
 		}
+		rows++
+		unhealthy++
+		health := "not asked (add its address to --endpoint)"
+		if m.GetGrpcAddress() == "" {
+			health = "gRPC address unknown (not published yet; add its address to --endpoint)"
+		}
+		fmt.Fprintf(w, "%d\t-\t%s\t%s\t%s\t%s\t-\t-\t%s\n", m.GetNodeId(), dash(m.GetGrpcAddress()), dash(m.GetRaftAddress()),
+			health, shardRanges(m.GetLeads()), dash(m.GetVersion()))
 	}
 	if err := w.Flush(); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "\nCLI: troupe %s (commit %s)\n", version, commit)
 	if unhealthy > 0 {
-		return fmt.Errorf("%d of %d nodes unhealthy", unhealthy, len(sts))
+		return fmt.Errorf("%d of %d nodes unhealthy", unhealthy, rows)
 	}
 	return nil
 }

@@ -104,15 +104,16 @@ func (a *app) adminClient(cmd *cobra.Command, cf *connFlags) (context.Context, s
 	return ctx, storev1.NewAdminClient(conn), func() { conn.Close(); cancel() }, nil
 }
 
-// printMembers prints one line per member: the shards it holds a replica
-// of, those of them where it does not vote yet (a new member catching up)
-// and those it leads.
+// printMembers prints one line per member: the gRPC address it published
+// ("-": none yet), its Raft address, the shards it holds a replica of,
+// those of them where it does not vote yet (a new member catching up),
+// those it leads, and the version it published.
 func printMembers(out io.Writer, members []*storev1.Member) error {
 	w := tabwriter.NewWriter(out, 0, 4, 3, ' ', 0)
-	fmt.Fprintln(w, "NODE\tRAFT ADDRESS\tSHARDS\tNON-VOTING\tLEADS")
+	fmt.Fprintln(w, "NODE\tGRPC ADDRESS\tRAFT ADDRESS\tSHARDS\tNON-VOTING\tLEADS\tVERSION")
 	for _, m := range members {
-		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\n", m.GetNodeId(), m.GetRaftAddress(), shardRanges(m.GetShards()),
-			shardRanges(m.GetNonVoting()), shardRanges(m.GetLeads()))
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", m.GetNodeId(), dash(m.GetGrpcAddress()), m.GetRaftAddress(), shardRanges(m.GetShards()),
+			shardRanges(m.GetNonVoting()), shardRanges(m.GetLeads()), dash(m.GetVersion()))
 	}
 	return w.Flush()
 }

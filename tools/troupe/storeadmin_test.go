@@ -85,11 +85,12 @@ func TestStoreOperations(t *testing.T) {
 	for n := 1; n <= 20; n++ {
 		wait.Until(ctx, t, fmt.Sprintf("commit %d through node 2", n), func() error { return put(c2, n) })
 	}
-	// Each member's line: NODE, RAFT ADDRESS, SHARDS, NON-VOTING, LEADS.
+	// Each member's line: NODE, GRPC ADDRESS, RAFT ADDRESS, SHARDS,
+	// NON-VOTING, LEADS, VERSION.
 	member := func(out string, id int) []string {
 		for _, line := range strings.Split(out, "\n") {
-			if f := strings.Fields(line); len(f) == 5 && f[0] == fmt.Sprint(id) {
-				return f[1:4]
+			if f := strings.Fields(line); len(f) == 7 && f[0] == fmt.Sprint(id) {
+				return f[2:5]
 			}
 		}
 		return nil

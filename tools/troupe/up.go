@@ -62,7 +62,7 @@ no flags.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			cfg := cell.Config{DataDir: dataDir, GRPCAddr: grpcAddr, HTTPAddr: httpAddr, Hollow: hollow, Shards: uint32(shards),
+			cfg := cell.Config{Version: version, DataDir: dataDir, GRPCAddr: grpcAddr, HTTPAddr: httpAddr, Hollow: hollow, Shards: uint32(shards),
 				HollowCapacity: map[string]int64{"cpu": 16000, "memory": 64 << 30}, TaskUser: taskUser, Insecure: insecure, Logger: log}
 			if execAgent {
 				cfg.ExecMachine, _ = agent.HostMachine()

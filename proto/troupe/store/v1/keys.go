@@ -1,5 +1,7 @@
 package storev1
 
+import "strconv"
+
 // Key returns the key an operation touches ("" for an operation of no
 // known type).
 func (o *Op) Key() string {
@@ -25,3 +27,11 @@ func (g *Group) FirstKey() string {
 	}
 	return ""
 }
+
+// NodeRecordPrefix holds the store nodes' NodeRecords, one key per node.
+// Its keys share one shard key (/store/nodes), so they all live on one
+// shard, which one read lists.
+const NodeRecordPrefix = "/store/nodes/"
+
+// NodeRecordKey is the key of node id's NodeRecord.
+func NodeRecordKey(id uint64) string { return NodeRecordPrefix + strconv.FormatUint(id, 10) }
