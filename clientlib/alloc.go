@@ -4,6 +4,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 
@@ -16,6 +17,33 @@ const AllocPrefix = "/alloc/"
 // AllocKey is the key of machine m's counter of resource r: the sum of
 // the requests of the tasks bound to m, changed only by bounded adds.
 func AllocKey(machine, resource string) string { return AllocPrefix + machine + "/" + resource }
+
+// ClaimsCounter is the name, among a machine's counters, of its claims
+// counter (ClaimsKey): not a resource, since resource names are built in
+// (cpu, memory, ...) or "<domain>/<name>".
+const ClaimsCounter = "claims"
+
+// ClaimsKey is the key of machine m's claims counter, AllocKey(m,
+// ClaimsCounter): the number of placements committed on m by schedulers
+// in coarse-grained claims-only conflict detection
+// (framework.CoarseClaims), which require its version and add to it in
+// the same group. Only their placements change it (a task's end, stop or
+// eviction does not), so its version is the machine's claim sequence
+// number, as in Google's lightweight Omega simulator. It lives under
+// AllocPrefix, on the machine's shard, so that the caches and views that
+// follow a machine's counters follow it too; readers that sum resources
+// from the counters skip it (IsClaimsKey).
+func ClaimsKey(machine string) string { return AllocKey(machine, ClaimsCounter) }
+
+// IsClaimsKey reports whether key is a machine's claims counter.
+func IsClaimsKey(key string) bool {
+	rest, ok := strings.CutPrefix(key, AllocPrefix)
+	if !ok {
+		return false
+	}
+	_, counter, _ := strings.Cut(rest, "/")
+	return counter == ClaimsCounter
+}
 
 // BindingKey is the key of the Binding of task t on its machine.
 func BindingKey(t *troupev1.Task) string {

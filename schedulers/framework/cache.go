@@ -37,11 +37,17 @@ func resize[T any](buf []T, n int) []T {
 
 // perm returns rng.Perm(n) in the cache's order buffer.
 func (c *Cache) perm(rng *rand.Rand, n int) []int {
+	c.identity(n)
+	rng.Shuffle(n, func(i, j int) { c.order[i], c.order[j] = c.order[j], c.order[i] })
+	return c.order
+}
+
+// identity returns 0, 1, ..., n-1 in the cache's order buffer.
+func (c *Cache) identity(n int) []int {
 	c.order = resize(c.order, n)
 	for i := range c.order {
 		c.order[i] = i
 	}
-	rng.Shuffle(n, func(i, j int) { c.order[i], c.order[j] = c.order[j], c.order[i] })
 	return c.order
 }
 

@@ -15,38 +15,16 @@ import (
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 )
 
-// ConflictMode is how a commit detects that a machine changed under it.
-type ConflictMode int
-
-const (
-	// Fine: take the task's requests with bounded counter adds; two
-	// schedulers placing on one machine both succeed while it has room.
-	Fine ConflictMode = iota
-	// Coarse: require the machine's counters to be at the versions the
-	// snapshot saw; any concurrent placement on the machine conflicts.
-	Coarse
-)
-
-// TxnMode is how a plan's placements commit.
-type TxnMode int
-
-const (
-	// Incremental: one group per placement; each commits or fails alone.
-	Incremental TxnMode = iota
-	// AllOrNothing: one atomic request (gang jobs).
-	AllOrNothing
-)
-
-// Modes are a scheduler's commit modes.
-type Modes struct {
-	Conflict ConflictMode
-	Txn      TxnMode
-}
-
-// take adds deltas to machine m's counters in group g: bounded by
-// capacity in Fine mode, on condition of the snapshot's versions in
-// Coarse mode.
-func take(g *clientlib.Group, m *Machine, deltas map[string]int64, modes Modes) {
+// take adds deltas to machine m's counters in group g, whose placements
+// number claims: bounded by capacity in Fine and CoarseClaims mode, on
+// condition of the snapshot's versions in Coarse mode. In CoarseClaims
+// mode the group also requires the machine's claims counter at the
+// snapshot's version and adds claims to it.
+func take(g *clientlib.Group, m *Machine, deltas map[string]int64, claims int, modes Modes) {
+	if modes.Conflict == CoarseClaims {
+		key := clientlib.ClaimsKey(m.Name)
+		g.Require(key, m.AllocVersions[clientlib.ClaimsCounter]).Add(key, int64(claims), 0, math.MaxInt64)
+	}
 	for _, r := range slices.Sorted(maps.Keys(deltas)) {
 		key := clientlib.AllocKey(m.Name, r)
 		if modes.Conflict == Coarse {
@@ -79,8 +57,9 @@ type Result struct {
 	Stopped []Placement
 	// Counters are the machine counters the committed placements wrote,
 	// for the scheduler to assume before its cache shows them: the value
-	// is exact in Coarse mode and a lower bound in Fine mode (others may
-	// have added too), the version is the commit's revision.
+	// is exact in Coarse mode (and for a claims counter) and a lower
+	// bound in Fine and CoarseClaims mode (others may have added too),
+	// the version is the commit's revision.
 	Counters []CounterWrite
 	// TaskVersions are the versions of the committed placements' tasks
 	// after the commit, by task key.
@@ -105,31 +84,36 @@ type Conflicted struct {
 // the version the scheduler read), its Binding object is created for the
 // machine's agent, and the machine's counters take the task's requests
 // (Fine: adds bounded by capacity; Coarse: on condition that the counters
-// are unchanged since the snapshot). A preemption's victims go back to
-// pending in the same group, so eviction and placement commit together.
+// are unchanged since the snapshot; CoarseClaims: adds bounded by
+// capacity, on condition that no placement was committed on the machine
+// since the snapshot, by its claims counter). A preemption's victims go
+// back to pending in the same group, so eviction and placement commit
+// together.
 // Every placement is conditioned on its job still running
 // (clientlib.RequireJobRunning): once a job's stop or deletion is
 // committed, no placement of it commits, and the plan's placements of it
 // come back in Stopped.
 //
 // Groups: Incremental mode in Fine detection gives each placement its
-// own group. In Coarse detection the placements on one machine share a
-// group, as in Omega, where a transaction's claims on a machine are all
-// checked against the machine as the snapshot saw it: separate groups
-// would fail on each other's writes. AllOrNothing makes the request
-// atomic. An incremental plan too large for one request commits in
-// several (see maxRequestGroups). Conflicts are results, for the caller
-// to refresh and retry; an error means a request failed (placements
-// committed by earlier requests of the plan stay committed, and the
-// Result returned with the error lists them).
+// own group. In Coarse and CoarseClaims detection the placements on one
+// machine share a group, as in Omega, where a transaction's claims on a
+// machine are all checked against the machine as the snapshot saw it:
+// separate groups would fail on each other's writes. AllOrNothing and
+// Atomic make the request atomic: CommitPlan commits whatever plan it
+// is given, and the gang rule (no plan with failures) is the caller's
+// (TxnMode.GangRule). An incremental plan too large for one request
+// commits in several (see maxRequestGroups). Conflicts are results, for
+// the caller to refresh and retry; an error means a request failed
+// (placements committed by earlier requests of the plan stay committed,
+// and the Result returned with the error lists them).
 func CommitPlan(ctx context.Context, s clientlib.Store, plan *Plan, modes Modes, scheduler string, now time.Time) (*Result, error) {
 	res := &Result{TaskVersions: map[string]uint64{}}
 	groups := groupPlacements(plan.Placements, modes)
 	written := map[string]*CounterWrite{}
 	for len(groups) > 0 {
 		n := len(groups)
-		if modes.Txn == Incremental {
-			n = requestSize(groups)
+		if !modes.Txn.atomic() {
+			n = requestSize(groups, modes)
 		}
 		err := commitGroups(ctx, s, groups[:n], modes, scheduler, now, res, written)
 		if err != nil {
@@ -160,10 +144,13 @@ const (
 )
 
 // requestSize returns how many of groups fit in one request.
-func requestSize(groups [][]Placement) int {
+func requestSize(groups [][]Placement, modes Modes) int {
 	ops := 0
 	for i, members := range groups {
 		n := 0
+		if modes.Conflict == CoarseClaims {
+			n += 2 // the claims counter's condition and add
+		}
 		for _, p := range members {
 			n += 3 + 2*len(p.Victims) + 2*len(p.Task.Requests) // writes, the job's condition, and at most a condition and an add per resource
 		}
@@ -180,7 +167,7 @@ func requestSize(groups [][]Placement) int {
 func commitGroups(ctx context.Context, s clientlib.Store, groups [][]Placement, modes Modes, scheduler string, now time.Time,
 	res *Result, written map[string]*CounterWrite) error {
 	tx := clientlib.NewTxn(s)
-	if modes.Txn == AllOrNothing {
+	if modes.Txn.atomic() {
 		tx.Atomic()
 	}
 	deltas := make([]map[string]int64, len(groups))
@@ -201,7 +188,7 @@ func commitGroups(ctx context.Context, s clientlib.Store, groups [][]Placement, 
 				}
 			}
 		}
-		take(g, members[0].Machine, deltas[i], modes)
+		take(g, members[0].Machine, deltas[i], len(members), modes)
 	}
 	out, err := tx.Commit(ctx)
 	if err != nil {
@@ -234,16 +221,26 @@ func commitGroups(ctx context.Context, s clientlib.Store, groups [][]Placement, 
 			w.Value += delta
 			w.Version = g.VersionOf(key)
 		}
+		if modes.Conflict == CoarseClaims {
+			key := clientlib.ClaimsKey(m.Name)
+			w, ok := written[key]
+			if !ok {
+				w = &CounterWrite{Key: key, Value: m.Allocated[clientlib.ClaimsCounter]}
+				written[key] = w
+			}
+			w.Value += int64(len(members))
+			w.Version = g.VersionOf(key)
+		}
 	}
 	return nil
 }
 
 // groupPlacements splits placements into the request's groups: one per
-// placement, or one per machine in Coarse mode (in order of first
-// appearance).
+// placement, or one per machine in Coarse and CoarseClaims mode (in
+// order of first appearance).
 func groupPlacements(ps []Placement, modes Modes) [][]Placement {
 	var groups [][]Placement
-	if modes.Conflict != Coarse {
+	if modes.Conflict == Fine {
 		for _, p := range ps {
 			groups = append(groups, []Placement{p})
 		}

@@ -3,6 +3,7 @@ package framework_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,8 @@ import (
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 	"github.com/troupe-cluster/troupe/schedulers/framework"
+	"github.com/troupe-cluster/troupe/schedulers/plugins/resourcefit"
+	"github.com/troupe-cluster/troupe/schedulers/scheduler"
 )
 
 var now = time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
@@ -45,17 +48,48 @@ func (h *harness) pending(job string, n int, cpu int64) []*framework.Task {
 	return out
 }
 
-// snapshot reads machine m1 of capacity cpu, with its counter.
+// snapshot reads machine m1 of capacity cpu, with its counters (cpu,
+// and claims if it has one, as a MachineView shows them).
 func (h *harness) snapshot(cpu int64) *framework.Snapshot {
 	m := &framework.Machine{Name: "m1", Capacity: map[string]int64{"cpu": cpu}, Allocated: map[string]int64{}, AllocVersions: map[string]uint64{}}
-	if kv, err := h.store.Get(h.ctx, clientlib.AllocKey("m1", "cpu")); err != nil {
-		h.t.Fatal(err)
-	} else if kv != nil {
-		var v int64
-		fmt.Sscan(string(kv.GetValue()), &v)
-		m.Allocated["cpu"], m.AllocVersions["cpu"] = v, kv.GetVersion()
+	for _, r := range []string{"cpu", clientlib.ClaimsCounter} {
+		if kv, err := h.store.Get(h.ctx, clientlib.AllocKey("m1", r)); err != nil {
+			h.t.Fatal(err)
+		} else if kv != nil {
+			var v int64
+			fmt.Sscan(string(kv.GetValue()), &v)
+			m.Allocated[r], m.AllocVersions[r] = v, kv.GetVersion()
+		}
 	}
 	return &framework.Snapshot{Machines: []*framework.Machine{m}}
+}
+
+// counter returns the value of the counter at key ("" if absent).
+func (h *harness) counter(key string) string {
+	h.t.Helper()
+	kv, err := h.store.Get(h.ctx, key)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return string(kv.GetValue())
+}
+
+// end ends the bound task at key as an agent's report does: its binding
+// goes and its requests are given back to the machine's counters.
+func (h *harness) end(key string) {
+	h.t.Helper()
+	task, err := clientlib.Get(h.ctx, h.store, clientlib.Tasks, key)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	tx := clientlib.NewTxn(h.store)
+	g := tx.Group()
+	done := clientlib.Unbind(g, task)
+	done.Status = &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_SUCCEEDED}
+	clientlib.PutObject(g, clientlib.Tasks, done)
+	if out, err := tx.Commit(h.ctx); err != nil || out.Err() != nil {
+		h.t.Fatalf("end %s: %v %v", key, err, out.Err())
+	}
 }
 
 func (h *harness) commit(snap *framework.Snapshot, tasks []*framework.Task, modes framework.Modes) *framework.Result {
@@ -226,5 +260,219 @@ func TestStoppedJobPlacesNothing(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Coarse-grained detection on claims only (CoarseClaims, Google's
+// per-machine sequence numbers) fails a commit when another scheduler
+// placed on the machine since the snapshot, not when a task ended there;
+// Coarse fails on both.
+func TestCoarseClaimsConflictsOnClaimsOnly(t *testing.T) {
+	for _, tc := range []struct {
+		mode     framework.ConflictMode
+		afterEnd bool   // the commit after a task's end succeeds
+		key      string // the key the rival's claim conflicts on
+	}{
+		{framework.Coarse, false, "/alloc/m1/cpu"},
+		{framework.CoarseClaims, true, "/alloc/m1/claims"},
+	} {
+		t.Run(tc.mode.String(), func(t *testing.T) {
+			h := newHarness(t)
+			modes := framework.Modes{Conflict: tc.mode}
+			if res := h.commit(h.snapshot(1000), h.pending("a", 1, 300), modes); len(res.Committed) != 1 {
+				t.Fatalf("first commit: %+v", res)
+			}
+			snap := h.snapshot(1000) // sees a's task
+			h.end("/tasks/ns/a/0")
+			res := h.commit(snap, h.pending("b", 2, 200), modes)
+			if got := len(res.Committed) == 2; got != tc.afterEnd {
+				t.Fatalf("commit after a task's end: committed %v, want %v (%+v)", got, tc.afterEnd, res.Conflicted)
+			}
+			if !tc.afterEnd {
+				if c := res.Conflicted[0].Conflict; c.Key != "/alloc/m1/cpu" || c.Reason != storev1.FailureReason_FAILURE_REASON_VERSION_MISMATCH {
+					t.Fatalf("conflict %v, want a version mismatch on the cpu counter", c)
+				}
+			}
+			// Another scheduler's claim since the snapshot conflicts in both.
+			snap = h.snapshot(1000)
+			if res := h.commit(snap, h.pending("c", 1, 100), modes); len(res.Committed) != 1 {
+				t.Fatalf("rival's commit: %+v", res)
+			}
+			res = h.commit(snap, h.pending("d", 1, 100), modes)
+			if len(res.Committed) != 0 || len(res.Conflicted) != 1 {
+				t.Fatalf("commit after a rival's claim: %+v", res)
+			}
+			if c := res.Conflicted[0].Conflict; c.Key != tc.key || c.Reason != storev1.FailureReason_FAILURE_REASON_VERSION_MISMATCH {
+				t.Fatalf("conflict %v, want a version mismatch on %s", c, tc.key)
+			}
+			if tc.mode == framework.Coarse {
+				if v := h.counter("/alloc/m1/claims"); v != "" {
+					t.Fatalf("coarse commits wrote a claims counter: %s", v)
+				}
+				return
+			}
+			// a, b's two and c: four claims; b's 400 and c's 100 cpu.
+			if cpu, claims := h.counter("/alloc/m1/cpu"), h.counter("/alloc/m1/claims"); cpu != "500" || claims != "4" {
+				t.Fatalf("counters cpu %s, claims %s; want 500 and 4", cpu, claims)
+			}
+		})
+	}
+}
+
+// The counters a CoarseClaims commit reports include the claims counter,
+// at its value and version, so the instance's next decision on the
+// machine does not conflict with its own claim.
+func TestCoarseClaimsReportsClaimsCounter(t *testing.T) {
+	h := newHarness(t)
+	modes := framework.Modes{Conflict: framework.CoarseClaims}
+	h.commit(h.snapshot(1000), h.pending("a", 1, 100), modes)
+	res := h.commit(h.snapshot(1000), h.pending("b", 3, 100), modes)
+	kv, _ := h.store.Get(h.ctx, "/alloc/m1/claims")
+	var claims *framework.CounterWrite
+	for i, w := range res.Counters {
+		if w.Key == "/alloc/m1/claims" {
+			claims = &res.Counters[i]
+		}
+	}
+	if claims == nil || claims.Value != 4 || claims.Version != kv.GetVersion() || string(kv.GetValue()) != "4" {
+		t.Fatalf("reported %+v; the store holds %s at %d", res.Counters, kv.GetValue(), kv.GetVersion())
+	}
+	if !clientlib.IsClaimsKey(claims.Key) || clientlib.IsClaimsKey("/alloc/m1/cpu") || clientlib.IsClaimsKey("/alloc/m1/example.com/claims") {
+		t.Fatal("IsClaimsKey")
+	}
+}
+
+// A preemption in CoarseClaims mode evicts and places in one group: the
+// claims counter counts the placement, the resources take the net change,
+// and a victim that ended since the decision fails the commit (on its
+// version) without giving its requests back twice.
+func TestCoarseClaimsPreemption(t *testing.T) {
+	modes := framework.Modes{Conflict: framework.CoarseClaims}
+	profile := framework.Profile{Filters: []framework.FilterPlugin{resourcefit.New()}, Preempt: true}
+	for _, ended := range []bool{false, true} {
+		h := newHarness(t)
+		h.commit(h.snapshot(1000), h.withPriority(h.pending("low", 2, 400), 0), modes)
+		urgent := h.withPriority(h.pending("urgent", 1, 500), 50)
+		plan := framework.Schedule(profile, h.running(h.snapshot(1000)), urgent)
+		if len(plan.Placements) != 1 || len(plan.Placements[0].Victims) != 1 {
+			t.Fatalf("plan: %+v", plan)
+		}
+		victim := plan.Placements[0].Victims[0].Key
+		if ended {
+			h.end(victim)
+		}
+		res, err := framework.CommitPlan(h.ctx, h.store, plan, modes, "batch-0", now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cpu, claims := h.counter("/alloc/m1/cpu"), h.counter("/alloc/m1/claims")
+		if !ended {
+			task, _ := clientlib.Get(h.ctx, h.store, clientlib.Tasks, victim)
+			if len(res.Committed) != 1 || task.GetBinding() != nil || cpu != "900" || claims != "3" {
+				t.Fatalf("committed %d, victim %v, cpu %s, claims %s; want 1, unbound, 900, 3", len(res.Committed), task, cpu, claims)
+			}
+			continue
+		}
+		if len(res.Conflicted) != 1 || res.Conflicted[0].Conflict.Key != victim || cpu != "400" || claims != "2" {
+			t.Fatalf("victim ended: %+v, cpu %s, claims %s; want a conflict on %s, 400, 2", res, cpu, claims, victim)
+		}
+	}
+}
+
+// Atomic (Google's all-or-nothing) commits what the plan placed, tasks
+// that fit nowhere or not, and rolls all of it back on any conflict;
+// Incremental keeps what did not conflict. Only AllOrNothing keeps the
+// gang rule.
+func TestAtomicCommitsWhatFitsOrNothing(t *testing.T) {
+	if framework.Atomic.GangRule() || framework.Incremental.GangRule() || !framework.AllOrNothing.GangRule() {
+		t.Fatal("GangRule")
+	}
+	for _, conflict := range []framework.ConflictMode{framework.Fine, framework.CoarseClaims} {
+		t.Run(conflict.String(), func(t *testing.T) {
+			// No conflict: the two tasks of three that fit commit.
+			h := newHarness(t)
+			atomic := framework.Modes{Conflict: conflict, Txn: framework.Atomic}
+			plan := framework.Schedule(framework.Profile{Filters: []framework.FilterPlugin{resourcefit.New()}}, h.snapshot(1000), h.pending("j", 3, 400))
+			if len(plan.Placements) != 2 || len(plan.Failures) != 1 {
+				t.Fatalf("plan: %d placed, %d failed", len(plan.Placements), len(plan.Failures))
+			}
+			res, err := framework.CommitPlan(h.ctx, h.store, plan, atomic, "batch-0", now)
+			if err != nil || len(res.Committed) != 2 || h.counter("/alloc/m1/cpu") != "800" {
+				t.Fatalf("partial plan: %v, %+v, cpu %s", err, res, h.counter("/alloc/m1/cpu"))
+			}
+		})
+	}
+	// A conflict on one placement: nothing commits; incrementally the
+	// other does.
+	for _, txn := range []framework.TxnMode{framework.Atomic, framework.Incremental} {
+		t.Run("conflict/"+txn.String(), func(t *testing.T) {
+			h := newHarness(t)
+			snap := h.snapshot(1000)
+			h.commit(snap, h.pending("rival", 1, 400), framework.Modes{})
+			plan := framework.Schedule(framework.Profile{Filters: []framework.FilterPlugin{resourcefit.New()}}, snap, h.pending("j", 3, 400))
+			res, err := framework.CommitPlan(h.ctx, h.store, plan, framework.Modes{Txn: txn}, "batch-0", now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, cpu := 0, "400"
+			if txn == framework.Incremental {
+				want, cpu = 1, "800"
+			}
+			if len(res.Committed) != want || len(res.Conflicted) != 2-want || h.counter("/alloc/m1/cpu") != cpu {
+				t.Fatalf("committed %d, conflicted %d, cpu %s; want %d, %d, %s", len(res.Committed), len(res.Conflicted),
+					h.counter("/alloc/m1/cpu"), want, 2-want, cpu)
+			}
+		})
+	}
+}
+
+// The claims counter reaches decisions as the cell's caches and the
+// simulator deliver counters, through a scheduler.MachineView: its
+// version is the snapshot's claim sequence number (under
+// clientlib.ClaimsCounter), which leaves the machine's room alone.
+func TestCoarseClaimsThroughMachineView(t *testing.T) {
+	h := newHarness(t)
+	view := scheduler.NewMachineView()
+	h.store.Observe(func(cs *storev1.ChangeSet) {
+		for _, ev := range cs.GetEvents() {
+			kv := ev.GetKv()
+			if !strings.HasPrefix(kv.GetKey(), clientlib.AllocPrefix) {
+				continue
+			}
+			c, err := clientlib.DecodeCounter(kv.GetKey(), kv.GetValue(), kv.GetVersion())
+			if err != nil {
+				t.Error(err)
+				continue
+			}
+			view.SetCounter(kv.GetKey(), c.GetValue(), kv.GetVersion())
+		}
+	})
+	view.SetMachine(&troupev1.Machine{Metadata: &troupev1.ObjectMeta{Name: "m1"},
+		Spec: &troupev1.MachineSpec{Capacity: map[string]int64{"cpu": 1000, "memory": 1 << 30}}})
+	modes := framework.Modes{Conflict: framework.CoarseClaims}
+	commit := func(snap *framework.Snapshot, tasks []*framework.Task) *framework.Result {
+		t.Helper()
+		res, err := framework.CommitPlan(h.ctx, h.store, framework.Schedule(framework.Profile{}, snap, tasks), modes, "batch-0", now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if res := commit(view.Snapshot(nil, ""), h.pending("a", 1, 300)); len(res.Committed) != 1 {
+		t.Fatalf("a: %+v", res)
+	}
+	m := view.Machine("m1")
+	kv, _ := h.store.Get(h.ctx, "/alloc/m1/claims")
+	if m.AllocVersions[clientlib.ClaimsCounter] != kv.GetVersion() || m.Allocated[clientlib.ClaimsCounter] != 1 ||
+		framework.RoomOf(m) != (framework.Room{CPU: 700, Memory: 1 << 30}) {
+		t.Fatalf("view of m1: allocated %v at %v, room %+v; the store's claims at %d", m.Allocated, m.AllocVersions, framework.RoomOf(m), kv.GetVersion())
+	}
+	snap := view.Snapshot(nil, "")
+	h.end("/tasks/ns/a/0")
+	if res := commit(snap, h.pending("b", 1, 300)); len(res.Committed) != 1 {
+		t.Fatalf("b after a's end: %+v", res)
+	}
+	if res := commit(snap, h.pending("c", 1, 300)); len(res.Committed) != 0 || res.Conflicted[0].Conflict.Key != "/alloc/m1/claims" {
+		t.Fatalf("c after b's claim: %+v", res)
 	}
 }

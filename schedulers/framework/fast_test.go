@@ -159,14 +159,18 @@ func describe(p *framework.Plan) string {
 func TestFastPathsDecideTheSame(t *testing.T) {
 	var examined, examinedPlain, preempted int
 	for seed := range uint64(200) {
-		for _, kind := range []string{profiles.Batch, profiles.Service, profiles.Gang} {
+		// random+preempt: the random profile's redraws with preemption,
+		// whose search they restart.
+		for _, kind := range []string{profiles.Batch, profiles.Service, profiles.Gang, profiles.Random, profiles.Random + "+preempt"} {
 			snap, tasks := randomCell(seed)
-			p, _, err := profiles.New(kind, rand.New(rand.NewPCG(seed, 5)))
+			base, preempt := strings.CutSuffix(kind, "+preempt")
+			p, _, err := profiles.New(base, rand.New(rand.NewPCG(seed, 5)))
 			if err != nil {
 				t.Fatal(err)
 			}
-			q, _, _ := profiles.New(kind, rand.New(rand.NewPCG(seed, 5)))
+			q, _, _ := profiles.New(base, rand.New(rand.NewPCG(seed, 5)))
 			q = plain(q)
+			p.Preempt, q.Preempt = p.Preempt || preempt, q.Preempt || preempt
 			for d, ts := range [][]*framework.Task{tasks, tasks[len(tasks)/2:]} {
 				got, want := framework.Schedule(p, fast(snap), ts), framework.Schedule(q, snap, ts)
 				if g, w := describe(got), describe(want); g != w {

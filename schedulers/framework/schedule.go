@@ -25,6 +25,21 @@ type Profile struct {
 	// Rand orders the machines examined; a decision is a function of the
 	// snapshot, the tasks and Rand's state.
 	Rand *rand.Rand
+	// Redraw draws each task's machines afresh: every task's search
+	// examines the machines in a new uniformly random order (drawn lazily
+	// from Rand, one machine at a time, as a Fisher-Yates shuffle), where
+	// by default a decision shuffles the machines once and each task's
+	// search goes on from where the previous task's stopped. With
+	// SampleFeasible 1 and no scores, a task so goes to a machine chosen
+	// uniformly at random among those the filters pass, as the plan has
+	// left them, and a machine may take several tasks of a plan. This is
+	// the randomized first fit of Google's lightweight Omega simulator
+	// (Scheduler.scheduleJob: "candidateIndex =
+	// nextInt(remainingCandidates)" until a machine has room for the
+	// task; one without room is swapped out of the candidates), which
+	// draws the same distribution. It costs a random draw per machine
+	// examined, and a preemption search starts afresh for every task.
+	Redraw bool
 	// Preempt lets a task that fits nowhere evict lower-priority tasks
 	// (see CanPreempt); machines need Running filled in.
 	Preempt bool
@@ -88,7 +103,11 @@ func Schedule(p Profile, snap *Snapshot, tasks []*Task) *Plan {
 		}
 		s.dynamics = append(s.dynamics, f)
 	}
-	s.order = s.cache.perm(s.p.Rand, len(snap.Machines))
+	if p.Redraw {
+		s.order = s.cache.identity(len(snap.Machines)) // each task shuffles it
+	} else {
+		s.order = s.cache.perm(s.p.Rand, len(snap.Machines))
+	}
 	plan := &Plan{}
 	for _, t := range tasks {
 		class := classKey(t)
@@ -167,7 +186,8 @@ func (s *scheduling) view(i int) *Machine {
 
 // place finds the machine for t: the best scoring of the first
 // SampleFeasible feasible machines, starting where the previous task
-// stopped. It returns the machine's index (-1: none fits).
+// stopped (with Redraw: in an order drawn afresh). It returns the
+// machine's index (-1: none fits).
 func (s *scheduling) place(class string, t *Task) (int, int64, *Status) {
 	n := len(s.order)
 	if n == 0 {
@@ -189,8 +209,16 @@ func (s *scheduling) place(class string, t *Task) (int, int64, *Status) {
 		passed    bool // machines were passed over for lack of room
 	)
 	start := s.next
+	if s.p.Redraw {
+		s.redraw()
+		start = 0
+	}
 	i := 0
 	for ; i < n; i++ {
+		if s.p.Redraw { // draw position i's machine among those not examined yet
+			j := i + s.p.Rand.IntN(n-i)
+			s.order[i], s.order[j] = s.order[j], s.order[i]
+		}
 		idx := s.order[(start+i)%n]
 		if rooms != nil && !rooms[idx].fits(cpu, memory) {
 			passed = true
@@ -223,6 +251,14 @@ func (s *scheduling) place(class string, t *Task) (int, int64, *Status) {
 		return -1, 0, refused.lastErr
 	}
 	return -1, 0, unschedulable(refused.by, n)
+}
+
+// redraw readies the order for a task's search to shuffle it again:
+// preemption's positions in the order, and its searches resumed from
+// them, no longer hold.
+func (s *scheduling) redraw() {
+	s.positions = nil
+	clear(s.preemptions)
 }
 
 // roomsFor returns the machines' rooms as the plan has left them, when

@@ -84,7 +84,12 @@ type Machine struct {
 	Capacity  map[string]int64
 	Allocated map[string]int64
 	// AllocVersions are the store versions of the machine's counters, for
-	// coarse-grained conflict detection.
+	// coarse-grained conflict detection. The counters of a MachineView
+	// include the machine's claims counter, if it has one, under
+	// clientlib.ClaimsCounter (in Allocated: the placements committed on
+	// the machine in CoarseClaims mode; in AllocVersions: its claim
+	// sequence number, which CoarseClaims commits require); no task
+	// requests it, so filters and scores never see it.
 	AllocVersions map[string]uint64
 	JobTasks      map[string]int
 	// Unschedulable machines (cordoned, lost) get no new tasks.

@@ -1,6 +1,8 @@
 // Package profiles assembles the built-in schedulers' decision profiles
 // from the plugins: batch (fast first fit on sampled machines), service
-// (careful scoring and spreading) and gang (all-or-nothing placement).
+// (careful scoring and spreading), gang (all-or-nothing placement) and
+// random (a machine drawn uniformly among those with room, as Google's
+// lightweight Omega simulator places tasks).
 // Register adds kinds of one's own (a researcher's plugins, say), which
 // New then builds like the built-in ones: in a cell and in the simulator.
 package profiles
@@ -30,6 +32,10 @@ const (
 	Batch   = "batch"
 	Service = "service"
 	Gang    = "gang"
+	// Random places each task on a machine drawn uniformly at random
+	// among those the filters pass: for reproducing the Omega paper's
+	// lightweight simulations, not for production.
+	Random = "random"
 )
 
 // Builder builds a kind's profile and commit modes, drawing machine order
@@ -61,7 +67,7 @@ func Kinds() []string {
 	return append(slices.Clone(builtIn), slices.Sorted(maps.Keys(registry))...)
 }
 
-var builtIn = []string{Batch, Service, Gang}
+var builtIn = []string{Batch, Service, Gang, Random}
 
 // Filters returns the filters every built-in profile runs, cheapest and
 // static first: a registered profile starts from them to keep the cell's
@@ -113,6 +119,25 @@ func New(kind string, rng *rand.Rand) (framework.Profile, framework.Modes, error
 		p.SampleFeasible = 16
 		p.Scores = []framework.WeightedScore{{Plugin: binpacking.New(), Weight: 1}}
 		return p, framework.Modes{Conflict: framework.Fine, Txn: framework.AllOrNothing}, nil
+	case Random:
+		// Google's lightweight Omega simulator (google/cluster-scheduler-
+		// simulator, Scheduler.scheduleJob) places a job's tasks by
+		// randomized first fit: "candidateIndex =
+		// nextInt(remainingCandidates)"; a machine with room for the task
+		// takes it and stays a candidate (it may take more of the job's
+		// tasks), one without is swapped out of the candidates; it stops
+		// when every task is placed or no candidate is left. So each task
+		// goes to a machine drawn uniformly among those with room, and
+		// stays unplaced only if none has any: framework.Profile.Redraw
+		// with the first feasible machine taken and no scores. The
+		// production filters still apply (cordons, label selectors,
+		// taints, constraints, resources, distinct machines); Google's
+		// simulator has none of them but room. It never preempts, as
+		// that simulator does not. Commit modes as batch's: the
+		// simulator sets its own (Fine or CoarseClaims, Incremental or
+		// Atomic).
+		p.Redraw, p.SampleFeasible, p.Preempt = true, 1, false
+		return p, framework.Modes{Conflict: framework.Fine, Txn: framework.Incremental}, nil
 	default:
 		return framework.Profile{}, framework.Modes{}, fmt.Errorf("profiles: unknown scheduler kind %q (%s)", kind, strings.Join(Kinds(), ", "))
 	}

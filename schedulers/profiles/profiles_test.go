@@ -127,3 +127,109 @@ func TestRegister(t *testing.T) {
 		}()
 	}
 }
+
+// The random profile puts each task on a machine drawn uniformly among
+// those with room that the filters pass: never on a full, cordoned or
+// tainted one. 19,000 one-task decisions over the 19 machines that take
+// the task come to about 1,000 each.
+func TestRandomPlacesUniformlyAmongMachinesWithRoom(t *testing.T) {
+	snap := cell()
+	for i, m := range snap.Machines {
+		if i%4 == 2 {
+			m.Allocated = map[string]int64{"cpu": 4000} // full
+		}
+	}
+	p := profile(t, profiles.Random)
+	counts := map[string]int{}
+	const decisions, machines = 19000, 19 // i%4 is 0 or 1, m000 cordoned
+	for range decisions {
+		plan := framework.Schedule(p, snap, jobTasks("r", 1, nil))
+		if len(plan.Placements) != 1 {
+			t.Fatalf("not placed: %v", plan.Failures[0].Status)
+		}
+		counts[plan.Placements[0].Machine.Name]++
+	}
+	if len(counts) != machines {
+		t.Fatalf("placed on %d machines, want %d: %v", len(counts), machines, counts)
+	}
+	chi2 := 0.0
+	for name, n := range counts {
+		var i int
+		fmt.Sscanf(name, "m%d", &i)
+		if i == 0 || i%4 > 1 {
+			t.Fatalf("placed on %s (cordoned, full or tainted)", name)
+		}
+		d := float64(n) - decisions/machines
+		chi2 += d * d / (decisions / machines)
+	}
+	t.Logf("χ² = %.1f", chi2)
+	// 18 degrees of freedom: above 42.3 one time in a thousand.
+	if chi2 > 42.3 {
+		t.Errorf("χ² = %.1f over %v: not uniform", chi2, counts)
+	}
+}
+
+// A machine stays a candidate for the plan's next task while it has
+// room (Google's randomized first fit draws with replacement): of a
+// two-task job on two machines with room for two tasks each, both land
+// on one machine half the time; a five-task job places four, two on
+// each, and the fifth fits nowhere.
+func TestRandomDrawsAgainForEachTask(t *testing.T) {
+	snap := cell()
+	for i, m := range snap.Machines {
+		m.Allocated = map[string]int64{"cpu": 4000}
+		if i == 1 || i == 2 {
+			m.Allocated["cpu"] = 2000
+		}
+	}
+	p := profile(t, profiles.Random)
+	same := 0
+	const decisions = 4000
+	for range decisions {
+		plan := framework.Schedule(p, snap, jobTasks("r", 2, nil))
+		if len(plan.Placements) != 2 {
+			t.Fatalf("%d placed", len(plan.Placements))
+		}
+		if plan.Placements[0].Machine == plan.Placements[1].Machine {
+			same++
+		}
+	}
+	t.Logf("both tasks on one machine in %d of %d decisions", same, decisions)
+	// Binomial(4000, 1/2): standard deviation about 32.
+	if same < 1850 || same > 2150 {
+		t.Errorf("both tasks on one machine in %d of %d decisions, want about half", same, decisions)
+	}
+	plan := framework.Schedule(p, snap, jobTasks("r", 5, nil))
+	on := map[string]int{}
+	for _, pl := range plan.Placements {
+		on[pl.Machine.Name]++
+	}
+	if len(plan.Failures) != 1 || on["m001"] != 2 || on["m002"] != 2 {
+		t.Fatalf("placements %v, %d failed", on, len(plan.Failures))
+	}
+	if st := plan.Failures[0].Status; st.Code != framework.Unschedulable || !strings.Contains(st.String(), "0/40 machines fit") {
+		t.Errorf("the unfit task's status: %v", st)
+	}
+}
+
+// The same seed gives the same placements, another seed others.
+func TestRandomIsDeterministicPerSeed(t *testing.T) {
+	placements := func(seed uint64) []string {
+		p, _, err := profiles.New(profiles.Random, rand.New(rand.NewPCG(seed, 7)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, pl := range framework.Schedule(p, cell(), jobTasks("r", 30, nil)).Placements {
+			out = append(out, pl.Machine.Name)
+		}
+		return out
+	}
+	a, b, c := placements(1), placements(1), placements(2)
+	if len(a) != 30 || !slices.Equal(a, b) {
+		t.Fatalf("seed 1 twice: %v and %v", a, b)
+	}
+	if slices.Equal(a, c) {
+		t.Errorf("seeds 1 and 2 placed alike: %v", a)
+	}
+}

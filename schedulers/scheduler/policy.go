@@ -2,7 +2,9 @@ package scheduler
 
 import (
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/troupe-cluster/troupe/schedulers/framework"
@@ -37,9 +39,23 @@ type Policy struct {
 	// RetryMax.
 	RetryBase, RetryMax time.Duration
 	// AbandonAfter gives up a job that is still not wholly placed after
-	// that many decisions about it (0: never). Omega's simulator gives
-	// up after 1,000.
+	// that many decisions about it (0: never). Google's lightweight Omega
+	// simulator gives up "numSchedulingAttempts > 1000": AbandonAfter
+	// 1,001.
 	AbandonAfter int
+	// AbandonUnplacedAfter gives up a job none of whose tasks any of its
+	// decisions placed, after that many decisions about it (0: never).
+	// Google's lightweight Omega simulator gives up
+	// "numSchedulingAttempts > 100 && unscheduledTasks == numTasks":
+	// AbandonUnplacedAfter 101.
+	AbandonUnplacedAfter int
+	// UnfitBacksOff makes a job some of whose tasks fit nowhere (and none
+	// conflicted) back off rather than wait: After answers BackOff after
+	// the same delay (Backoff, growing to MaxBackoff) instead of Wait, so
+	// the job is tried again only then, at the back of the queue, never
+	// woken early by a change that makes room (Wakes). Google's
+	// lightweight simulator requeues every unfinished job so, after 1 s.
+	UnfitBacksOff bool
 }
 
 // DefaultPolicy returns five attempts per round, the given back-off for
@@ -50,12 +66,53 @@ func DefaultPolicy(backoff time.Duration) Policy {
 		RetryBase: 5 * time.Millisecond, RetryMax: 30 * time.Second}
 }
 
+// GooglePolicy returns the retry policy of Google's lightweight Omega
+// simulator (google/cluster-scheduler-simulator, OmegaScheduler.handleJob):
+// a job not wholly placed by an attempt, whether its placements
+// conflicted or some of its tasks fit nowhere, goes to the back of its
+// scheduler's queue after 1 s ("simulator.afterDelay(1) { addJob(job)
+// }"), and is given up "if ((job.numSchedulingAttempts > 100 &&
+// job.unscheduledTasks == job.numTasks) || job.numSchedulingAttempts >
+// 1000)", attempts that placed nothing counted. In Policy's terms: one
+// decision per round (MaxAttempts 1: no retry at once), back-offs and
+// waits of 1 s that do not grow (RetryBase, RetryMax, Backoff and
+// MaxBackoff 1 s), waits as back-offs (UnfitBacksOff), AbandonAfter
+// 1,001 and AbandonUnplacedAfter 101. A commit's error (none in a
+// simulator) backs off 1 s too.
+func GooglePolicy() Policy {
+	return Policy{MaxAttempts: 1, Backoff: time.Second, MaxBackoff: time.Second, RetryBase: time.Second, RetryMax: time.Second,
+		UnfitBacksOff: true, AbandonAfter: 1001, AbandonUnplacedAfter: 101}
+}
+
+// Policy presets, by the names PolicyPreset takes.
+const (
+	// DefaultPolicyName is the production loop's (DefaultPolicy).
+	DefaultPolicyName = "default"
+	// GooglePolicyName is Google's lightweight simulator's (GooglePolicy).
+	GooglePolicyName = "google"
+)
+
+// PolicyPresets are the names PolicyPreset takes.
+func PolicyPresets() []string { return []string{DefaultPolicyName, GooglePolicyName} }
+
+// PolicyPreset returns the policy named name: "default"
+// (DefaultPolicy(backoff)) or "google" (GooglePolicy, whatever backoff).
+func PolicyPreset(name string, backoff time.Duration) (Policy, error) {
+	switch name {
+	case DefaultPolicyName:
+		return DefaultPolicy(backoff), nil
+	case GooglePolicyName:
+		return GooglePolicy(), nil
+	}
+	return Policy{}, fmt.Errorf("scheduler: unknown policy %q (%s)", name, strings.Join(PolicyPresets(), ", "))
+}
+
 // Validate checks the policy.
 func (p Policy) Validate() error {
 	if p.MaxAttempts <= 0 || p.Backoff <= 0 || p.RetryBase <= 0 || p.RetryMax < p.RetryBase || p.AbandonAfter < 0 ||
-		p.MaxBackoff != 0 && p.MaxBackoff < p.Backoff {
+		p.AbandonUnplacedAfter < 0 || p.MaxBackoff != 0 && p.MaxBackoff < p.Backoff {
 		return errors.New("scheduler: policy needs positive MaxAttempts, Backoff and RetryBase, MaxBackoff 0 or >= Backoff, " +
-			"RetryMax >= RetryBase and AbandonAfter >= 0")
+			"RetryMax >= RetryBase, and AbandonAfter and AbandonUnplacedAfter >= 0")
 	}
 	return nil
 }
@@ -63,10 +120,11 @@ func (p Policy) Validate() error {
 // JobState is what the policy remembers of one job between decisions.
 // Its zero value is a job never decided about.
 type JobState struct {
-	attempt   int // decisions in the current round
-	decisions int // decisions about the job in all
-	backoffs  int // back-offs since the job last committed without conflicts
-	waits     int // waits in a row without a placement
+	attempt   int  // decisions in the current round
+	decisions int  // decisions about the job in all
+	backoffs  int  // back-offs since the job last committed without conflicts
+	waits     int  // waits in a row without a placement
+	placed    bool // a decision placed some of the job's tasks
 }
 
 // Decisions is how many decisions were made about the job.
@@ -93,8 +151,9 @@ const (
 	// Wait: some tasks fit nowhere; try again after Delay, or when a
 	// change in the cell makes room for one of them (Wakes).
 	Wait
-	// BackOff: conflicts persisted through a round, or the commit failed;
-	// try again after Delay.
+	// BackOff: conflicts persisted through a round, or the commit failed
+	// (or, with UnfitBacksOff, some tasks fit nowhere); try again after
+	// Delay, at the back of the queue, whatever changes meanwhile.
 	BackOff
 	// Abandon: give the job up (Policy.AbandonAfter).
 	Abandon
@@ -145,12 +204,14 @@ func (p Policy) After(st *JobState, o Outcome) Action {
 	}
 	if o.Placed > 0 {
 		st.waits = 0
+		st.placed = true
 	}
 	switch {
 	case o.Stopped > 0 || o.Conflicted+o.Unfit == 0: // a stopped job has nothing left to place
 		st.attempt = 0
 		return Action{Step: Done}
-	case p.AbandonAfter > 0 && st.decisions >= p.AbandonAfter:
+	case p.AbandonAfter > 0 && st.decisions >= p.AbandonAfter,
+		p.AbandonUnplacedAfter > 0 && !st.placed && st.decisions >= p.AbandonUnplacedAfter:
 		return Action{Step: Abandon}
 	case o.Conflicted > 0 && st.attempt < p.MaxAttempts:
 		return Action{Step: Retry}
@@ -158,6 +219,9 @@ func (p Policy) After(st *JobState, o Outcome) Action {
 		return p.backOff(st)
 	}
 	st.attempt = 0
+	if p.UnfitBacksOff {
+		return Action{Step: BackOff, Delay: p.wait(st)}
+	}
 	return Action{Step: Wait, Delay: p.wait(st)}
 }
 

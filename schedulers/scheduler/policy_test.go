@@ -155,3 +155,97 @@ func TestPolicyWaitsGrow(t *testing.T) {
 		t.Error("MaxBackoff below Backoff validated")
 	}
 }
+
+// Google's lightweight simulator's policy: every unfinished job goes to
+// the back of the queue after 1 s (BackOff, never Retry or Wait), and is
+// abandoned at its 101st attempt if nothing of it was ever placed, or
+// its 1,001st in all; attempts that placed nothing or conflicted count.
+func TestGooglePolicy(t *testing.T) {
+	p := GooglePolicy()
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	requeue := Action{Step: BackOff, Delay: time.Second}
+	// lives runs decisions with the outcomes first (the first decisions)
+	// and then, repeated, rest, until the policy does not requeue the
+	// job; it returns how many decisions it took and the last action.
+	lives := func(first []Outcome, rest Outcome) (int, Action) {
+		var st JobState
+		for n := 1; n <= 5000; n++ {
+			if got := p.Begin(&st, 10, true); got != Decide {
+				t.Fatalf("decision %d: Begin = %v", n, got)
+			}
+			o := rest
+			if n <= len(first) {
+				o = first[n-1]
+			}
+			if a := p.After(&st, o); a != requeue {
+				if st.Decisions() != n {
+					t.Fatalf("%d decisions counted, want %d", st.Decisions(), n)
+				}
+				return n, a
+			}
+		}
+		t.Fatal("never abandoned")
+		return 0, Action{}
+	}
+	for _, c := range []struct {
+		name  string
+		first []Outcome
+		rest  Outcome
+		want  int
+	}{
+		{"nothing fits", nil, Outcome{Unfit: 10}, 101},
+		{"every placement conflicts", nil, Outcome{Conflicted: 10}, 101},
+		{"no fit and conflicts in turn", []Outcome{{Unfit: 10}, {Conflicted: 4, Unfit: 6}}, Outcome{Unfit: 10}, 101},
+		{"one task placed at the first attempt", []Outcome{{Placed: 1, Unfit: 9}}, Outcome{Unfit: 9}, 1001},
+		{"one task placed at the 100th attempt", append(make([]Outcome, 99), Outcome{Placed: 1, Conflicted: 9}), Outcome{Conflicted: 9}, 1001},
+	} {
+		for i := range c.first {
+			if c.first[i] == (Outcome{}) {
+				c.first[i] = Outcome{Unfit: 10}
+			}
+		}
+		if n, a := lives(c.first, c.rest); n != c.want || a.Step != Abandon {
+			t.Errorf("%s: %v at decision %d, want abandon at %d", c.name, a, n, c.want)
+		}
+	}
+	// A job that places its last tasks is done, whenever it does.
+	var st JobState
+	for range 500 {
+		p.Begin(&st, 10, true)
+		p.After(&st, Outcome{Conflicted: 10})
+	}
+	p.Begin(&st, 10, true)
+	if a := p.After(&st, Outcome{Placed: 10}); a.Step != Done {
+		t.Errorf("the last tasks placed: %v, want done", a)
+	}
+	// The production policy waits (woken by room) where Google's backs off.
+	d := DefaultPolicy(time.Second)
+	st = JobState{}
+	d.Begin(&st, 1, true)
+	if a := d.After(&st, Outcome{Unfit: 1}); a.Step != Wait {
+		t.Errorf("default policy, no fit: %v, want wait", a)
+	}
+}
+
+func TestPolicyPreset(t *testing.T) {
+	for _, name := range PolicyPresets() {
+		p, err := PolicyPreset(name, 10*time.Second)
+		if err != nil || p.Validate() != nil {
+			t.Errorf("preset %q: %+v, %v", name, p, err)
+		}
+	}
+	if p, _ := PolicyPreset("google", time.Minute); p != GooglePolicy() {
+		t.Errorf("google preset %+v", p)
+	}
+	if p, _ := PolicyPreset("default", time.Minute); p != DefaultPolicy(time.Minute) {
+		t.Errorf("default preset %+v", p)
+	}
+	if _, err := PolicyPreset("omega", time.Second); err == nil {
+		t.Error("an unknown preset")
+	}
+	if (Policy{MaxAttempts: 1, Backoff: 1, RetryBase: 1, RetryMax: 1, AbandonUnplacedAfter: -1}).Validate() == nil {
+		t.Error("negative AbandonUnplacedAfter validated")
+	}
+}
