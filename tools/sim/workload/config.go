@@ -16,14 +16,18 @@ import (
 type Config struct {
 	Seed uint64 `yaml:"seed"`
 	// HorizonSeconds: jobs are submitted in [0, horizon).
-	HorizonSeconds float64       `yaml:"horizon_seconds"`
-	Cell           CellConfig    `yaml:"cell"`
-	Classes        []ClassConfig `yaml:"classes"`
+	HorizonSeconds float64    `yaml:"horizon_seconds"`
+	Cell           CellConfig `yaml:"cell"`
+	// Prefill, if set, fills the cell at time 0, before the first job
+	// arrives (see PrefillConfig).
+	Prefill *PrefillConfig `yaml:"prefill"`
+	Classes []ClassConfig  `yaml:"classes"`
 }
 
 // ClassConfig is one class of jobs. Each job draws its number of tasks,
 // its tasks' CPU and memory (the same for all, as one TaskTemplate),
-// priority and constraints; each task draws its duration.
+// priority and constraints; each task draws its duration, or the job
+// draws one for all its tasks (DurationPer).
 type ClassConfig struct {
 	// Name prefixes the jobs' IDs: <name>-1, <name>-2, ...
 	Name    string        `yaml:"name"`
@@ -32,8 +36,12 @@ type ClassConfig struct {
 	Tasks   Dist          `yaml:"tasks"`
 	// DurationSeconds: a task that draws 0 runs until the end.
 	DurationSeconds Dist `yaml:"duration_seconds"`
-	CPUCores        Dist `yaml:"cpu_cores"`
-	MemoryGiB       Dist `yaml:"memory_gib"`
+	// DurationPer says what draws a duration: "task" (the default), each
+	// task its own, or "job", one that all the job's tasks run for (as
+	// the Omega lightweight simulator does).
+	DurationPer string `yaml:"duration_per"`
+	CPUCores    Dist   `yaml:"cpu_cores"`
+	MemoryGiB   Dist   `yaml:"memory_gib"`
 	// Priority is on Troupe's scale (100 and up is production).
 	Priority Dist `yaml:"priority"`
 	// DistinctMachines is the fraction of jobs whose tasks must run on
@@ -43,6 +51,12 @@ type ClassConfig struct {
 	// (the fractions add up to at most 1).
 	Selectors []SelectorConfig `yaml:"selectors"`
 }
+
+// Values of ClassConfig.DurationPer.
+const (
+	DurationPerTask = "task"
+	DurationPerJob  = "job"
+)
 
 // ArrivalConfig is a class's arrival process: "poisson" (exponential
 // gaps of mean interval_seconds) or "fixed" (one job every
@@ -122,6 +136,14 @@ func (c Config) Validate() error {
 		}
 		names[cl.Name] = true
 	}
+	if c.Prefill != nil {
+		if names[prefillName] {
+			return fmt.Errorf("classes: name %q is the prefill's jobs' (prefill-1, ...)", prefillName)
+		}
+		if err := c.Prefill.validate(c.Classes, machines); err != nil {
+			return fmt.Errorf("prefill: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -146,6 +168,9 @@ func (c ClassConfig) validate(machines []Machine) error {
 		if err := d.dist.validate(d.f.whole, d.f.limit); err != nil {
 			return fmt.Errorf("%s: %w", d.f.name, err)
 		}
+	}
+	if c.DurationPer != "" && c.DurationPer != DurationPerTask && c.DurationPer != DurationPerJob {
+		return fmt.Errorf("duration_per %q is not task or job", c.DurationPer)
 	}
 	if !(c.DistinctMachines >= 0 && c.DistinctMachines <= 1) {
 		return fmt.Errorf("distinct_machines %v: must be a fraction in [0, 1]", c.DistinctMachines)

@@ -75,6 +75,23 @@ func TestConfigValidate(t *testing.T) {
 			c.Classes[0].Selectors = append(c.Classes[0].Selectors, SelectorConfig{Fraction: 0.95, Labels: map[string]string{"zone": "z1"}})
 		}, "selectors[1]: the fractions add up to 1.05, above 1"},
 		{"selector matches nothing", func(c *Config) { c.Classes[0].Selectors[0].Labels = map[string]string{"gpu": "true"} }, "selectors[0]: no machine of the cell has labels map[gpu:true]"},
+		{"round kind", func(c *Config) { c.Classes[0].Tasks.Round = "up" }, `tasks: round "up" is not nearest, floor or ceil`},
+		{"round fraction", func(c *Config) { c.Classes[0].CPUCores.Round = "ceil" }, `cpu_cores: round "ceil": only fields of whole numbers (tasks, priority) are rounded`},
+		{"duration per", func(c *Config) { c.Classes[0].DurationPer = "class" }, `classes[0] (batch): duration_per "class" is not task or job`},
+		{"prefill target", func(c *Config) { c.Prefill = &PrefillConfig{CPUUtilisation: 1.5, Like: "service"} }, "prefill: cpu_utilisation 1.5: must be a fraction in [0, 1]"},
+		{"prefill no target", func(c *Config) { c.Prefill = &PrefillConfig{Like: "service"} }, "prefill: cpu_utilisation or memory_utilisation: give the fraction"},
+		{"prefill like", func(c *Config) { c.Prefill = &PrefillConfig{CPUUtilisation: 0.5, Like: "web"} }, `prefill: like "web": no class has that name`},
+		{"prefill without like", func(c *Config) {
+			c.Prefill = &PrefillConfig{CPUUtilisation: 0.5, Tasks: Dist{Dist: "fixed", Value: 1}, CPUCores: Dist{Dist: "fixed", Value: 1}}
+		}, "prefill: memory_gib: give its distribution, or like: CLASS"},
+		{"prefill dist", func(c *Config) {
+			c.Prefill = &PrefillConfig{CPUUtilisation: 0.5, Like: "service", Tasks: Dist{Dist: "exponential", Mean: 10, Round: "down"}}
+		}, `prefill: tasks: round "down" is not nearest, floor or ceil`},
+		{"prefill type", func(c *Config) { c.Prefill = &PrefillConfig{CPUUtilisation: 0.5, Like: "service", Type: "cron"} }, `prefill: type "cron" is neither`},
+		{"prefill name", func(c *Config) {
+			c.Prefill = &PrefillConfig{CPUUtilisation: 0.5, Like: "prefill"}
+			c.Classes[1].Name = "prefill"
+		}, `classes: name "prefill" is the prefill's jobs'`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := testConfig()

@@ -16,6 +16,12 @@ import (
 //	exponential  mean, and max as a cap if positive
 //	lognormal    median and sigma (of the logarithm), and max as a cap
 //	choice       values, and weights (relative; equal if omitted)
+//
+// A field of whole numbers (tasks, priority) rounds an exponential or
+// lognormal draw as Round says: "nearest" (the default), "floor" or
+// "ceil" (the Omega lightweight simulator's number of tasks is
+// ceil(exponential)); a cap (max) applies before rounding. The other
+// kinds give whole numbers already. Other fields take no Round.
 type Dist struct {
 	Dist    string    `yaml:"dist"`
 	Value   float64   `yaml:"value"`
@@ -26,7 +32,15 @@ type Dist struct {
 	Sigma   float64   `yaml:"sigma"`
 	Values  []float64 `yaml:"values"`
 	Weights []float64 `yaml:"weights"`
+	Round   string    `yaml:"round"`
 }
+
+// Rounding modes of Dist.Round.
+const (
+	RoundNearest = "nearest"
+	RoundFloor   = "floor"
+	RoundCeil    = "ceil"
+)
 
 // Check reports what is wrong with d as a distribution of numbers below
 // limit, naming the field.
@@ -46,6 +60,14 @@ func (d Dist) validate(whole bool, limit float64) error {
 			return fmt.Errorf("%s %v: must be a whole number", name, v)
 		}
 		return nil
+	}
+	switch d.Round {
+	case "", RoundNearest, RoundFloor, RoundCeil:
+		if d.Round != "" && !whole {
+			return fmt.Errorf("round %q: only fields of whole numbers (tasks, priority) are rounded", d.Round)
+		}
+	default:
+		return fmt.Errorf("round %q is not nearest, floor or ceil", d.Round)
 	}
 	switch d.Dist {
 	case "fixed":
@@ -104,8 +126,9 @@ func (d Dist) validate(whole bool, limit float64) error {
 	return nil
 }
 
-// sample draws a number; d must be valid. Whole-number fields round it,
-// except uniform, which draws whole numbers itself when whole.
+// sample draws a number; d must be valid. Whole-number fields round it
+// as d.Round says, except uniform, which draws whole numbers itself when
+// whole (fixed and choice values are whole then).
 func (d Dist) sample(rng *rand.Rand, whole bool) float64 {
 	var v float64
 	switch d.Dist {
@@ -127,9 +150,20 @@ func (d Dist) sample(rng *rand.Rand, whole bool) float64 {
 		v = min(v, d.Max)
 	}
 	if whole {
-		v = math.Round(v)
+		v = d.round(v)
 	}
 	return v
+}
+
+// round rounds v to a whole number as d.Round says.
+func (d Dist) round(v float64) float64 {
+	switch d.Round {
+	case RoundFloor:
+		return math.Floor(v)
+	case RoundCeil:
+		return math.Ceil(v)
+	}
+	return math.Round(v)
 }
 
 // pick draws an index of d.Values by weight.

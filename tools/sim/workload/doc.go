@@ -100,8 +100,32 @@
 // the mix is set by their rates. A class draws per job the number of
 // tasks, the tasks' CPU and memory, the priority, distinct machines (a
 // fraction of jobs) and at most one label selector (each with a
-// fraction), and per task the duration, from distributions (Dist:
-// fixed, uniform, exponential, lognormal or an empirical choice).
+// fraction), and per task the duration (or per job, duration_per: job:
+// all the job's tasks run as long, as in the Omega lightweight
+// simulator), from distributions (Dist: fixed, uniform, exponential,
+// lognormal or an empirical choice). Whole-number fields (tasks,
+// priority) round an exponential or lognormal draw to the nearest
+// (default), floor or ceil (round: ceil), so the lightweight simulator's
+// "ceil(exponential)" tasks are one line:
+//
+//	tasks: {dist: exponential, mean: 100, round: ceil}
+//
+// A prefill starts the cell full: before the first job, the simulator
+// places long-running jobs drawn like a class (like: NAME, any of tasks,
+// cpu_cores, memory_gib, priority given in its place), each task on a
+// machine drawn at random among those with room, until the cell's
+// allocated CPU (or memory) would pass the target, and none of it counts
+// in the schedulers' measures (sim's prefill.go):
+//
+//	prefill: {cpu_utilisation: 0.6, like: service}
+//
+// The Generator is then a Prefiller: PrefillOf(src) returns the target
+// and an endless source of prefill-1, prefill-2, ... (their own random
+// stream; the classes' jobs are the same with or without it), kept by
+// Window and ScaleArrivals, their durations divided by Compress;
+// WithPrefill gives any Source one. deploy/sim/omega-lightweight.yaml is
+// the lightweight simulator's example this way.
+//
 // Validate names the field of any problem. The Generator is seeded: the
 // same config gives the same jobs, and each class has its own random
 // stream.

@@ -16,9 +16,10 @@ import (
 type Generator struct {
 	horizon time.Duration
 	classes []classGen
+	config  Config
 }
 
-var _ Source = (*Generator)(nil)
+var _ Prefiller = (*Generator)(nil)
 
 type classGen struct {
 	cfg  ClassConfig
@@ -43,7 +44,7 @@ func NewGenerator(c Config) (*Generator, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	g := &Generator{horizon: time.Duration(c.HorizonSeconds * 1e9)}
+	g := &Generator{horizon: time.Duration(c.HorizonSeconds * 1e9), config: c}
 	for i, cl := range c.Classes {
 		typ, _ := ParseType(cl.Type) // validated
 		cg := classGen{cfg: cl, typ: typ, rng: rand.New(rand.NewPCG(c.Seed, uint64(i)))}
@@ -68,6 +69,15 @@ func (g *Generator) Next() (Job, error) {
 	j := c.job()
 	c.next += c.gap()
 	return j, nil
+}
+
+// Prefill returns the config's prefill, a fresh stream of its jobs each
+// call (nil without one).
+func (g *Generator) Prefill() *Prefill {
+	if g.config.Prefill == nil {
+		return nil
+	}
+	return g.config.prefill()
 }
 
 // gap draws the time to the class's next job.
@@ -95,9 +105,13 @@ func (c *classGen) job() Job {
 		}
 	}
 	j.Tasks = make([]Task, tasks)
+	perJob := c.cfg.DurationPer == DurationPerJob
+	var d time.Duration
 	for i := range j.Tasks {
-		j.Tasks[i] = Task{Index: int32(i), CPU: cpu, Memory: memory,
-			Duration: time.Duration(c.draw(c.cfg.DurationSeconds, fieldDuration))}
+		if !perJob || i == 0 {
+			d = time.Duration(c.draw(c.cfg.DurationSeconds, fieldDuration))
+		}
+		j.Tasks[i] = Task{Index: int32(i), CPU: cpu, Memory: memory, Duration: d}
 	}
 	return j
 }

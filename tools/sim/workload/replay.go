@@ -22,6 +22,9 @@ type window struct {
 	from, to time.Duration
 }
 
+// Prefill is the source's: the cell starts as full at the window's start.
+func (w *window) Prefill() *Prefill { return PrefillOf(w.src) }
+
 func (w *window) Next() (Job, error) {
 	for {
 		j, err := w.src.Next()
@@ -58,6 +61,17 @@ func Compress(src Source, arrivals, durations float64) (Source, error) {
 type compress struct {
 	src                 Source
 	arrivals, durations float64
+}
+
+// Prefill is the source's, its tasks' durations divided too.
+func (c *compress) Prefill() *Prefill {
+	p := PrefillOf(c.src)
+	if p == nil {
+		return nil
+	}
+	q := *p
+	q.Jobs = &compress{src: p.Jobs, arrivals: c.arrivals, durations: c.durations}
+	return &q
 }
 
 func (c *compress) Next() (Job, error) {
@@ -106,6 +120,9 @@ type scaleArrivals struct {
 	low  time.Duration
 	done error // the source's final error once read
 }
+
+// Prefill is the source's.
+func (s *scaleArrivals) Prefill() *Prefill { return PrefillOf(s.src) }
 
 func (s *scaleArrivals) Next() (Job, error) {
 	for s.done == nil && (len(s.held) == 0 || s.held[0].job.Submit > s.low) {
