@@ -1,6 +1,10 @@
 package sim
 
-import "time"
+import (
+	"time"
+
+	"github.com/troupe-cluster/troupe/schedulers/scheduler"
+)
 
 // Recorder builds the Stats of a run made outside the simulator (the
 // same experiment against a real store, tools/sim/storerun) from what
@@ -19,16 +23,18 @@ func (r *Recorder) Submitted(i, tasks int) { r.st.submitted(i, tasks) }
 // decision started.
 func (r *Recorder) Waited(i int, d time.Duration) { r.st.waited(i, d) }
 
-// Decided records a decision of scheduler i from start to end and its
-// commit: placements committed, lost to conflicts, and tasks that fit
-// nowhere.
-func (r *Recorder) Decided(i int, start, end time.Duration, placed, conflicted, unschedulable int) {
-	r.st.busy(i, start, end)
-	r.st.committed(i, placed, conflicted, unschedulable)
+// Placed records the wait of a job of scheduler i until the commit that
+// first left none of its tasks pending.
+func (r *Recorder) Placed(i int, d time.Duration) { r.st.placedAll(i, d) }
+
+// Decided records a decision of scheduler i from start to end and what
+// its commit did: placements committed, conflicted and stopped (a
+// transaction if any), and tasks that fit nowhere.
+func (r *Recorder) Decided(i int, start, end time.Duration, o scheduler.Outcome) {
+	r.st.decided(i, start, end, o)
 }
 
-// Abandoned counts a job of scheduler i given up after MaxAttempts
-// decisions.
+// Abandoned counts a job of scheduler i given up by the policy.
 func (r *Recorder) Abandoned(i int) { r.st.abandoned(i) }
 
 // Preempted counts a task of scheduler i evicted by a higher-priority
@@ -41,7 +47,7 @@ func (r *Recorder) Preempted(i int) { r.st.preempted(i) }
 func (r *Recorder) Finish(now time.Duration, unscheduled []int, cpuUtilisation float64) *Stats {
 	r.st.finish(now, nil)
 	for i, n := range unscheduled {
-		r.st.Schedulers[i].Unscheduled = n
+		r.st.Schedulers[i].UnscheduledJobs = n
 	}
 	r.st.CPUUtilisation = cpuUtilisation
 	return r.st

@@ -144,7 +144,10 @@ type Simulator struct {
 	// exceeded (conservation).
 	capacity map[string]int64
 	stats    *Stats
-	err      error
+	// prefilled is what the workload's prefill put in the cell at time
+	// 0 (prefill.go).
+	prefilled PrefillStats
+	err       error
 }
 
 // jobState is a job the simulator follows.
@@ -170,6 +173,7 @@ type jobState struct {
 	wait    uint64        // the number of its current or last wait
 	first   time.Duration // first decision started (-1: none yet)
 	done    bool          // every task placed, or abandoned
+	placed  bool          // none of its tasks pending after a commit (its wait until placed recorded)
 }
 
 // New returns a simulator of cfg.
@@ -282,6 +286,9 @@ func (s *Simulator) fail(err error) {
 // Run simulates until the workload is exhausted and every task has ended
 // (or Horizon, or ctx ends), and returns the measures.
 func (s *Simulator) Run(ctx context.Context, jobs workload.Source) (*Stats, error) {
+	if err := s.prefill(ctx, workload.PrefillOf(jobs)); err != nil {
+		return nil, err
+	}
 	next, err := jobs.Next()
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, err
@@ -445,7 +452,6 @@ func (s *Simulator) decide(sc *simScheduler) {
 
 // finishDecision commits plan, at the end of its decision time.
 func (s *Simulator) finishDecision(sc *simScheduler, js *jobState, plan *framework.Plan, start time.Duration) {
-	s.stats.busy(sc.index, start, s.now)
 	if sc.modes.Txn == framework.AllOrNothing && len(plan.Failures) > 0 {
 		plan = &framework.Plan{Failures: plan.Failures} // a gang is placed whole or not at all
 	}
@@ -454,13 +460,17 @@ func (s *Simulator) finishDecision(sc *simScheduler, js *jobState, plan *framewo
 		s.fail(fmt.Errorf("sim: commit of job %s: %w", js.job.ID, err))
 		return
 	}
-	s.stats.committed(sc.index, len(res.Committed), len(res.Conflicted), len(plan.Failures))
+	out := scheduler.Outcome{Placed: len(res.Committed), Conflicted: len(res.Conflicted), Stopped: len(res.Stopped), Unfit: len(plan.Failures)}
+	s.stats.decided(sc.index, start, s.now, out)
 	for _, p := range res.Committed {
 		s.placed(js, p, res)
 	}
+	if !js.placed && len(js.unbound) == 0 {
+		js.placed = true
+		s.stats.placedAll(sc.index, s.now-js.job.Submit)
+	}
 	attempt := js.policy.Attempt()
-	a := s.cfg.Policy.After(&js.policy, scheduler.Outcome{Placed: len(res.Committed), Conflicted: len(res.Conflicted),
-		Stopped: len(res.Stopped), Unfit: len(plan.Failures)})
+	a := s.cfg.Policy.After(&js.policy, out)
 	if s.cfg.Observe != nil {
 		s.cfg.Observe(s.now, sc.cfg.Name, scheduler.Decision{Job: js.key, Attempt: attempt, Plan: plan, Result: res, Action: a})
 	}

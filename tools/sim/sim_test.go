@@ -75,9 +75,11 @@ func TestDeterministicAndConserving(t *testing.T) {
 	tasks, placed := 0, 0
 	for _, s := range a.Schedulers {
 		tasks += s.Tasks
-		placed += s.Placements - s.Preempted
-		t.Logf("%s: %d jobs, %d tasks, %d decisions, %d placements, %d conflicts (%.3f), %d preempted, %d unscheduled, busy %.2f, wait p50 %v p90 %v",
-			s.Name, s.Jobs, s.Tasks, s.Decisions, s.Placements, s.Conflicts, s.ConflictFraction, s.Preempted, s.Unscheduled, s.Busyness, s.WaitMedian, s.WaitP90)
+		placed += s.Placements - s.PreemptedTasks
+		t.Logf("%s: %d jobs, %d tasks, %d decisions (%d transactions, %d failed, %d no room), %d placements, %d conflicted (%.3f), "+
+			"%d preempted, %d unscheduled, busy %.2f, wait p50 %.2fs p90 %.2fs",
+			s.Name, s.Jobs, s.Tasks, s.Decisions, s.Transactions, s.FailedTransactions, s.NoRoomDecisions, s.Placements, s.ConflictedPlacements,
+			s.ConflictedPlacementsPerPlacement, s.PreemptedTasks, s.UnscheduledJobs, s.BusynessFraction, s.WaitMedianSeconds, s.WaitP90Seconds)
 	}
 	if a.CPUUtilisation < 0.3 {
 		t.Errorf("utilisation %.2f: the test cell is not loaded", a.CPUUtilisation)
@@ -102,14 +104,14 @@ func TestConflictKnownAnswers(t *testing.T) {
 	for i := range jobs {
 		jobs[i].Type, jobs[i].Priority = workload.Batch, 0
 	}
-	if st := run(t, cfg, jobs).Schedulers[0]; st.Conflicts != 0 || st.Placements == 0 {
-		t.Fatalf("one scheduler: %d conflicts, %d placements", st.Conflicts, st.Placements)
+	if st := run(t, cfg, jobs).Schedulers[0]; st.ConflictedPlacements != 0 || st.Placements == 0 {
+		t.Fatalf("one scheduler: %d conflicts, %d placements", st.ConflictedPlacements, st.Placements)
 	}
 	jobs = testWorkload(3, 400)
 	conflicts := func(mode framework.ConflictMode) int {
 		n := 0
 		for _, s := range run(t, testConfig(4, mode), jobs).Schedulers {
-			n += s.Conflicts
+			n += s.ConflictedPlacements
 		}
 		return n
 	}
@@ -200,9 +202,9 @@ func TestMachineFailures(t *testing.T) {
 	audit(t, s)
 	lost, tasks, placed := 0, 0, 0
 	for _, st := range a.Schedulers {
-		lost, tasks, placed = lost+st.Lost, tasks+st.Tasks, placed+st.Placements-st.Preempted-st.Lost
+		lost, tasks, placed = lost+st.LostTasks, tasks+st.Tasks, placed+st.Placements-st.PreemptedTasks-st.LostTasks
 	}
-	t.Logf("%d machine failures over %v, %d tasks lost; %d of %d tasks placed", a.Failures, a.Duration, lost, placed, tasks)
+	t.Logf("%d machine failures over %.0fs, %d tasks lost; %d of %d tasks placed", a.Failures, a.DurationSeconds, lost, placed, tasks)
 	if a.Failures == 0 || lost == 0 || placed < tasks/2 {
 		t.Fatalf("%d failures, %d tasks lost, %d of %d placed", a.Failures, lost, placed, tasks)
 	}
@@ -223,7 +225,7 @@ func TestLostTaskRunsElsewhere(t *testing.T) {
 	st, s := runSim(t, cfg, []workload.Job{job})
 	audit(t, s)
 	task := s.jobs["sim/forever"].tasks[0]
-	if st.Failures != 1 || st.Schedulers[0].Lost != 1 || st.Schedulers[0].Placements != 2 ||
+	if st.Failures != 1 || st.Schedulers[0].LostTasks != 1 || st.Schedulers[0].Placements != 2 ||
 		task.GetBinding().GetMachine() != "m01" || task.GetSpec().GetAttempt() != 1 || !s.byName["m00"].down {
 		t.Fatalf("%d failures, %+v; the task is on %q, attempt %d", st.Failures, st.Schedulers[0], task.GetBinding().GetMachine(),
 			task.GetSpec().GetAttempt())
@@ -246,14 +248,14 @@ func TestFailureRate(t *testing.T) {
 	cfg.Horizon = 20 * time.Hour
 	jobs := []workload.Job{{ID: "long", Tasks: []workload.Task{{CPU: 1000, Memory: 1 << 30, Duration: cfg.Horizon}}}}
 	st := run(t, cfg, jobs)
-	if st.Duration < 19*time.Hour || st.Failures < 2850 || st.Failures > 3150 {
-		t.Fatalf("%d failures in %v, want about 3,000 in 20h", st.Failures, st.Duration)
+	if st.DurationSeconds < (19*time.Hour).Seconds() || st.Failures < 2850 || st.Failures > 3150 {
+		t.Fatalf("%d failures in %.0fs, want about 3,000 in 20h", st.Failures, st.DurationSeconds)
 	}
 	cfg.Schedulers = testConfig(3, framework.Fine).Schedulers
 	if other := run(t, cfg, jobs); other.Failures != st.Failures {
 		t.Fatalf("%d failures with 3 batch schedulers, %d with 1", other.Failures, st.Failures)
 	}
-	t.Logf("%d failures in %v", st.Failures, st.Duration)
+	t.Logf("%d failures in %.0fs", st.Failures, st.DurationSeconds)
 }
 
 // Failures are checked.

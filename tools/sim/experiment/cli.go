@@ -165,7 +165,8 @@ func (c Command) Run(ctx context.Context, args []string) error {
 	if err := (&Experiment{Workload: w}).run(ctx, InMemory, Point{Params: p}, &run); err != nil {
 		return err
 	}
-	fmt.Fprintf(c.Stderr, "%s: %v of virtual time in %v\n", c.Name, run.Stats.Duration, time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(c.Stderr, "%s: %v of virtual time in %v\n", c.Name, seconds(run.Stats.DurationSeconds),
+		time.Since(start).Round(time.Millisecond))
 	enc := json.NewEncoder(c.Stdout)
 	enc.SetIndent("", "  ")
 	return enc.Encode(run.Stats)

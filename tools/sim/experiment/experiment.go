@@ -276,7 +276,7 @@ func (e *Experiment) runAll(ctx context.Context, res *Results) error {
 					cancel(fmt.Errorf("experiment: %s, %s, seed %d (%s): %w", p, run.Runner, run.Seed, e.Sweep.Name, err))
 				} else if e.Progress != nil {
 					fmt.Fprintf(e.Progress, "%s: %d/%d runs (%s, %s, seed %d: %v of virtual time in %v)\n", e.Sweep.Name, done, len(res.Runs),
-						p, run.Runner, run.Seed, run.Stats.Duration.Round(time.Second), run.Wall.Round(time.Millisecond))
+						p, run.Runner, run.Seed, seconds(run.Stats.DurationSeconds).Round(time.Second), run.Wall.Round(time.Millisecond))
 				}
 				mu.Unlock()
 			}

@@ -6,9 +6,12 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -65,6 +68,7 @@ func TestSweepsWriteFiles(t *testing.T) {
 			if err := json.Unmarshal(b, &res); err != nil {
 				t.Fatal(err)
 			}
+			checkJSONNames(t, ResultsJSON, b)
 			if len(res.Points) != points || len(res.Runs) != 2*points || len(res.Summary) != 2*points || res.Sweep != name {
 				t.Fatalf("results: %d points, %d runs, %d summaries", len(res.Points), len(res.Runs), len(res.Summary))
 			}
@@ -199,11 +203,13 @@ func TestKnownAnswers(t *testing.T) {
 	res := runExperiment(t, &Experiment{Sweep: sw, XS: []float64{1, 4}, Base: base, Workload: w, Seeds: []uint64{1, 2}})
 	for _, run := range res.Runs {
 		v := run.Roles[0].Values
-		if run.Point == 0 && (v["conflicts"] != 0 || v["placements"] == 0) {
-			t.Errorf("one scheduler, seed %d: %v conflicts, %v placements", run.Seed, v["conflicts"], v["placements"])
+		if run.Point == 0 && (v["conflicted_placements"] != 0 || v["failed_transactions"] != 0 || v["conflict_fraction"] != 0 ||
+			v["placements"] == 0) {
+			t.Errorf("one scheduler, seed %d: %v conflicts, %v failed transactions, %v placements", run.Seed, v["conflicted_placements"],
+				v["failed_transactions"], v["placements"])
 		}
 	}
-	if res.Summary[1].Mean["conflicts"] == 0 {
+	if res.Summary[1].Mean["conflicted_placements"] == 0 {
 		t.Error("four schedulers never conflicted: the test workload is too light")
 	}
 
@@ -219,7 +225,7 @@ func TestKnownAnswers(t *testing.T) {
 			conflicts[series] = map[uint64]float64{}
 		}
 		for _, rv := range run.Roles {
-			conflicts[series][run.Seed] += rv.Values["conflicts"]
+			conflicts[series][run.Seed] += rv.Values["conflicted_placements"]
 		}
 	}
 	for _, txn := range []framework.TxnMode{framework.Incremental, framework.AllOrNothing} {
@@ -312,7 +318,9 @@ func TestSingleRun(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		t.Fatalf("%v:\n%s", err, out)
 	}
-	if len(st.Schedulers) != 3 || st.Schedulers[0].Placements == 0 || st.Duration > smallWorkload(t, "testdata/small.yaml").Span {
+	checkJSONNames(t, "troupe sim's output", []byte(out))
+	span := smallWorkload(t, "testdata/small.yaml").Span
+	if len(st.Schedulers) != 3 || st.Schedulers[0].Placements == 0 || seconds(st.DurationSeconds) > span {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -383,5 +391,89 @@ func TestTraceSpan(t *testing.T) {
 	}
 	if w, err = (WorkloadFlags{CSV: csv, Machines: 10, Compress: 2, CellScale: 1}).Open(); err != nil || w.Span != 45250*time.Millisecond {
 		t.Fatalf("span of a CSV trace whose last job comes at 90.5 s, compressed by 2: %v %v", w, err)
+	}
+}
+
+// checkJSONNames checks that every name in the JSON b is snake_case and
+// that every time and fraction says its unit: no raw nanoseconds.
+func checkJSONNames(t *testing.T, what string, b []byte) {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	snake := regexp.MustCompile(`^[a-z][a-z0-9]*(_[a-z0-9]+)*$`)
+	timed := regexp.MustCompile(`wait|busy|duration|backoff|horizon|mtbf|repair|tjob|ttask|time`)
+	bad := map[string]bool{}
+	var walk func(v any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, x := range v {
+				if !snake.MatchString(k) || timed.MatchString(k) && !strings.HasSuffix(k, "_seconds") && !strings.HasSuffix(k, "_fraction") {
+					bad[k] = true
+				}
+				walk(x)
+			}
+		case []any:
+			for _, x := range v {
+				walk(x)
+			}
+		}
+	}
+	walk(v)
+	for k := range bad {
+		t.Errorf("%s: %q is not snake_case with its unit", what, k)
+	}
+}
+
+// Params go through results.json whole: every field, set to a value
+// other than its zero, reads back the same (a field added to Params and
+// not to paramsJSON fails here).
+func TestParamsJSONRoundTrip(t *testing.T) {
+	var p Params
+	n := 0
+	var fill func(v reflect.Value)
+	fill = func(v reflect.Value) {
+		n++
+		switch v.Kind() {
+		case reflect.Struct:
+			for i := range v.NumField() {
+				fill(v.Field(i))
+			}
+		case reflect.Pointer:
+			v.Set(reflect.New(v.Type().Elem()))
+			v.Elem().SetInt(1) // Coarse, AllOrNothing: the modes other than the zero one
+		case reflect.Int, reflect.Int64:
+			if v.Type() == reflect.TypeFor[time.Duration]() {
+				v.SetInt(int64(n) * int64(1500*time.Millisecond))
+			} else {
+				v.SetInt(int64(n))
+			}
+		case reflect.Float64:
+			v.SetFloat(float64(n) + 0.5)
+		case reflect.String:
+			v.SetString(fmt.Sprintf("s%d", n))
+		case reflect.Bool:
+			v.SetBool(true)
+		default:
+			t.Fatalf("Params has a field of kind %v: teach this test and paramsJSON", v.Kind())
+		}
+	}
+	fill(reflect.ValueOf(&p).Elem())
+	b, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkJSONNames(t, "params", b)
+	var back Params
+	if err := json.Unmarshal(b, &back); err != nil || !reflect.DeepEqual(back, p) {
+		t.Fatalf("%+v\nread back from %s as\n%+v (%v)", p, b, back, err)
+	}
+	def := DefaultParams()
+	b, _ = json.Marshal(def)
+	back = Params{}
+	if err := json.Unmarshal(b, &back); err != nil || !reflect.DeepEqual(back, def) {
+		t.Fatalf("defaults %+v read back as %+v (%v)", def, back, err)
 	}
 }

@@ -146,7 +146,7 @@ func (res *Results) summaryRows() [][]string {
 }
 
 func (res *Results) timingRows() [][]string {
-	rows := [][]string{slices.Concat(runColumns, []string{"wall_s"})}
+	rows := [][]string{slices.Concat(runColumns, []string{"wall_seconds"})}
 	for _, run := range res.Runs {
 		rows = append(rows, append(res.runCells(run), formatFloat(run.Wall.Seconds())))
 	}

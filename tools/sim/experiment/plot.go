@@ -23,13 +23,20 @@ type chart struct {
 }
 
 var charts = []chart{
-	{file: "busyness", title: "Scheduler busyness", metric: "busy_median", low: "busy_p10", high: "busy_p90",
-		bars: "the median window's busyness (windows of an hour of virtual time), mean over seeds; bars from the 10th to the 90th percentile window, mean over seeds"},
+	{file: "busyness", title: "Scheduler busyness (median day)", metric: "busyness_daily_median_fraction"},
+	{file: "busyness-hourly", title: "Scheduler busyness (hours)", metric: "busyness_hourly_median_fraction",
+		low: "busyness_hourly_p10_fraction", high: "busyness_hourly_p90_fraction",
+		bars: "the median hour's busyness, mean over seeds; bars from the 10th to the 90th percentile hour, mean over seeds"},
+	{file: "busyness-transactions", title: "Scheduler busyness in transactions (median day)",
+		metric: "transaction_busyness_daily_median_fraction"},
 	{file: "conflict-fraction", title: "Conflict fraction", metric: "conflict_fraction"},
-	{file: "wait-median", title: "Job wait until the first decision, median", metric: "wait_median_s"},
-	{file: "wait-p90", title: "Job wait until the first decision, 90th percentile", metric: "wait_p90_s"},
+	{file: "conflicted-placements", title: "Conflicted placements per placement", metric: "conflicted_placements_per_placement"},
+	{file: "wait-mean", title: "Job wait until the first decision, mean", metric: "wait_mean_seconds"},
+	{file: "wait-median", title: "Job wait until the first decision, median", metric: "wait_median_seconds"},
+	{file: "wait-p90", title: "Job wait until the first decision, 90th percentile", metric: "wait_p90_seconds"},
+	{file: "wait-placed-p90", title: "Job wait until every task is placed, 90th percentile", metric: "wait_until_placed_p90_seconds"},
 	{file: "unscheduled", title: "Jobs unscheduled at the end", metric: "unscheduled_fraction"},
-	{file: "utilisation", title: "Cell CPU allocated", metric: "cpu_utilisation"},
+	{file: "utilisation", title: "Cell CPU allocated", metric: "cpu_allocated_fraction"},
 }
 
 // sdBars is what error bars show unless a chart says otherwise.

@@ -9,11 +9,25 @@ import (
 	"github.com/troupe-cluster/troupe/schedulers/framework"
 )
 
-// tableMetrics are the report's table columns.
-var tableMetrics = []string{"busy_median", "conflict_fraction", "wait_median_s", "wait_p90_s", "unscheduled_fraction", "abandoned", "placements", "cpu_utilisation"}
+// tableMetrics are the report's table columns, with their headers.
+var tableMetrics = []struct{ name, header string }{
+	{"busyness_daily_median_fraction", "busy (day) [p10, p90 hour]"},
+	{"transaction_busyness_daily_median_fraction", "busy in transactions (day)"},
+	{"conflict_fraction", "conflict fraction"},
+	{"conflicted_placements_per_placement", "conflicts per placement"},
+	{"wait_mean_seconds", "wait mean [s]"},
+	{"wait_median_seconds", "wait median [s]"},
+	{"wait_p90_seconds", "wait p90 [s]"},
+	{"wait_until_placed_p90_seconds", "until placed p90 [s]"},
+	{"unscheduled_fraction", "unscheduled (of jobs)"},
+	{"abandoned_jobs", "abandoned jobs"},
+	{"placements", "placements"},
+	{"cpu_allocated_fraction", "CPU allocated"},
+}
 
 // compareMetrics are compared between two runners.
-var compareMetrics = []string{"busy_median", "conflict_fraction", "wait_median_s", "unscheduled_fraction", "placements"}
+var compareMetrics = []string{"busyness_daily_median_fraction", "conflict_fraction", "conflicted_placements_per_placement",
+	"wait_median_seconds", "unscheduled_fraction", "placements"}
 
 // report returns report.md: what was run and how to rerun it, the plots,
 // a table of the summary and, with two runners, their comparison.
@@ -37,17 +51,25 @@ func (res *Results) report() string {
 		}
 		w("### %s\n\n![%s](%s.png)\n\n%s against %s: %s. [SVG](%s.svg)\n\n", c.title, c.title, c.file, metricLabel(c.metric), res.XLabel, bars, c.file)
 	}
-	w("### Table (%s)\n\nMean ± standard deviation over seeds; busyness is the median window's, [10th, 90th percentile window].\n\n", res.Runners[0])
-	w("| series | %s | role | %s |\n|%s\n", res.XLabel, strings.Join(labels(tableMetrics), " | "), strings.Repeat("---|", 3+len(tableMetrics)))
+	w("### Table (%s)\n\nMean ± standard deviation over seeds. Busy: the fraction of time deciding, the median day's (the "+
+		"Omega paper's; for a run shorter than a day, the whole run's), then [10th, 90th percentile hour]; in transactions, "+
+		"counting only the decisions that committed claims (Google's simulator's). Conflict fraction: failed transactions "+
+		"per successful one (the paper's). Wait: from submission to the job's first decision; until placed: to the commit "+
+		"that left none of its tasks pending.\n\n", res.Runners[0])
+	var headers []string
+	for _, m := range tableMetrics {
+		headers = append(headers, m.header)
+	}
+	w("| series | %s | role | %s |\n|%s\n", res.XLabel, strings.Join(headers, " | "), strings.Repeat("---|", 3+len(tableMetrics)))
 	for _, s := range res.Summary {
 		if s.Runner != res.Runners[0] {
 			continue
 		}
 		var cells []string
 		for _, m := range tableMetrics {
-			cell := meanSDText(s, m)
-			if m == "busy_median" {
-				cell += fmt.Sprintf(" [%s, %s]", sig(s.Mean["busy_p10"]), sig(s.Mean["busy_p90"]))
+			cell := meanSDText(s, m.name)
+			if m.name == "busyness_daily_median_fraction" {
+				cell += fmt.Sprintf(" [%s, %s]", sig(s.Mean["busyness_hourly_p10_fraction"]), sig(s.Mean["busyness_hourly_p90_fraction"]))
 			}
 			cells = append(cells, cell)
 		}
@@ -149,14 +171,6 @@ func orDash(s string) string {
 		return "–"
 	}
 	return s
-}
-
-func labels(names []string) []string {
-	var out []string
-	for _, n := range names {
-		out = append(out, metricLabel(n))
-	}
-	return out
 }
 
 func meanSDText(s Summary, m string) string {

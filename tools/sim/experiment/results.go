@@ -11,21 +11,28 @@ import (
 )
 
 // Results are an experiment's runs and their summary, with everything
-// needed to tell what was run.
+// needed to tell what was run. Its JSON (results.json) is documented
+// field by field in DESIGN.md (Experiments).
 type Results struct {
-	Sweep, Title, Doc, XLabel string
-	LogX                      bool
-	XS                        []float64
-	Base                      Params
-	Workload, Cell            string
-	Seeds                     []uint64
-	Runners                   []string
-	Command, Provenance       string
-	Points                    []Point
+	Sweep    string    `json:"sweep"`
+	Title    string    `json:"title"`
+	Doc      string    `json:"doc"`
+	XLabel   string    `json:"x_label"`
+	LogX     bool      `json:"log_x"`
+	XS       []float64 `json:"xs"`
+	Base     Params    `json:"base"`
+	Workload string    `json:"workload"`
+	Cell     string    `json:"cell"`
+	Seeds    []uint64  `json:"seeds"`
+	Runners  []string  `json:"runners"`
+	// Command reruns the experiment; Provenance says what made it.
+	Command    string  `json:"command"`
+	Provenance string  `json:"provenance"`
+	Points     []Point `json:"points"`
 	// Runs are runner by runner, point by point, seed by seed.
-	Runs []Run
+	Runs []Run `json:"runs"`
 	// Summary: runner by runner, point by point, role by role.
-	Summary []Summary
+	Summary []Summary `json:"summary"`
 }
 
 // Run is one simulation: a point with a seed, by a runner.
@@ -68,31 +75,63 @@ type metric struct {
 	of          func(ss []sim.SchedulerStats, st *sim.Stats) float64
 }
 
-// metrics are the measures reported, in the CSV files' column order.
-// Counts add up over a role's schedulers; fractions of time and waits
-// are their mean.
+// metrics are the measures reported, in the CSV files' column order,
+// named as sim.Stats's JSON names them. Counts add up over a role's
+// schedulers, conflicted placements per placement is the ratio of
+// those sums; the other fractions and the waits are the mean over the
+// role's schedulers (as Google's simulator's plots average over the
+// schedulers of one kind).
 var metrics = []metric{
 	{"jobs", "jobs submitted", sum(func(s sim.SchedulerStats) int { return s.Jobs })},
 	{"tasks", "tasks submitted", sum(func(s sim.SchedulerStats) int { return s.Tasks })},
 	{"decisions", "decisions", sum(func(s sim.SchedulerStats) int { return s.Decisions })},
+	{"transactions", "transactions (decisions that committed claims)", sum(func(s sim.SchedulerStats) int { return s.Transactions })},
+	{"failed_transactions", "failed transactions (a claim conflicted)",
+		sum(func(s sim.SchedulerStats) int { return s.FailedTransactions })},
+	{"no_room_decisions", "decisions that found no room (no transaction)",
+		sum(func(s sim.SchedulerStats) int { return s.NoRoomDecisions })},
 	{"placements", "placements", sum(func(s sim.SchedulerStats) int { return s.Placements })},
-	{"conflicts", "conflicts", sum(func(s sim.SchedulerStats) int { return s.Conflicts })},
-	{"conflict_fraction", "conflict fraction (conflicts per placement)", ratio(
-		func(s sim.SchedulerStats) int { return s.Conflicts }, func(s sim.SchedulerStats) int { return s.Placements })},
-	{"unschedulable", "task decisions that found no machine", sum(func(s sim.SchedulerStats) int { return s.Unschedulable })},
-	{"preempted", "tasks preempted", sum(func(s sim.SchedulerStats) int { return s.Preempted })},
-	{"abandoned", "jobs abandoned", sum(func(s sim.SchedulerStats) int { return s.Abandoned })},
-	{"unscheduled", "jobs unscheduled", sum(func(s sim.SchedulerStats) int { return s.Unscheduled })},
+	{"conflicted_placements", "conflicted placements", sum(func(s sim.SchedulerStats) int { return s.ConflictedPlacements })},
+	{"conflict_fraction", "conflict fraction (failed per successful transaction)",
+		mean(func(s sim.SchedulerStats) float64 { return s.ConflictFraction })},
+	{"conflicted_placements_per_placement", "conflicted placements per placement", ratio(
+		func(s sim.SchedulerStats) int { return s.ConflictedPlacements }, func(s sim.SchedulerStats) int { return s.Placements })},
+	{"unschedulable_task_decisions", "task decisions that found no machine",
+		sum(func(s sim.SchedulerStats) int { return s.UnschedulableTaskDecisions })},
+	{"preempted_tasks", "tasks preempted", sum(func(s sim.SchedulerStats) int { return s.PreemptedTasks })},
+	{"lost_tasks", "tasks lost to machine failures", sum(func(s sim.SchedulerStats) int { return s.LostTasks })},
+	{"abandoned_jobs", "jobs abandoned", sum(func(s sim.SchedulerStats) int { return s.AbandonedJobs })},
+	{"unscheduled_jobs", "jobs unscheduled", sum(func(s sim.SchedulerStats) int { return s.UnscheduledJobs })},
 	{"unscheduled_fraction", "fraction of jobs unscheduled", ratio(
-		func(s sim.SchedulerStats) int { return s.Unscheduled }, func(s sim.SchedulerStats) int { return s.Jobs })},
-	{"busyness", "busyness (whole run)", mean(func(s sim.SchedulerStats) float64 { return s.Busyness })},
-	{"busy_median", "busyness (median window)", mean(func(s sim.SchedulerStats) float64 { return s.BusyMedian })},
-	{"busy_p10", "busyness (10th percentile window)", mean(func(s sim.SchedulerStats) float64 { return s.BusyP10 })},
-	{"busy_p90", "busyness (90th percentile window)", mean(func(s sim.SchedulerStats) float64 { return s.BusyP90 })},
-	{"wait_median_s", "job wait, median [s]", mean(func(s sim.SchedulerStats) float64 { return s.WaitMedian.Seconds() })},
-	{"wait_p90_s", "job wait, 90th percentile [s]", mean(func(s sim.SchedulerStats) float64 { return s.WaitP90.Seconds() })},
-	{"cpu_utilisation", "cell CPU allocated (mean fraction)", func(_ []sim.SchedulerStats, st *sim.Stats) float64 { return st.CPUUtilisation }},
-	{"duration_s", "virtual time run [s]", func(_ []sim.SchedulerStats, st *sim.Stats) float64 { return st.Duration.Seconds() }},
+		func(s sim.SchedulerStats) int { return s.UnscheduledJobs }, func(s sim.SchedulerStats) int { return s.Jobs })},
+	{"busyness_daily_median_fraction", "busyness (median day)",
+		mean(func(s sim.SchedulerStats) float64 { return s.BusynessDailyMedianFraction })},
+	{"busyness_fraction", "busyness (whole run)", mean(func(s sim.SchedulerStats) float64 { return s.BusynessFraction })},
+	{"busyness_hourly_median_fraction", "busyness (median hour)",
+		mean(func(s sim.SchedulerStats) float64 { return s.BusynessHourlyMedianFraction })},
+	{"busyness_hourly_p10_fraction", "busyness (10th percentile hour)",
+		mean(func(s sim.SchedulerStats) float64 { return s.BusynessHourlyP10Fraction })},
+	{"busyness_hourly_p90_fraction", "busyness (90th percentile hour)",
+		mean(func(s sim.SchedulerStats) float64 { return s.BusynessHourlyP90Fraction })},
+	{"transaction_busyness_daily_median_fraction", "busyness in transactions (median day)",
+		mean(func(s sim.SchedulerStats) float64 { return s.TransactionBusynessDailyMedianFraction })},
+	{"transaction_busyness_fraction", "busyness in transactions (whole run)",
+		mean(func(s sim.SchedulerStats) float64 { return s.TransactionBusynessFraction })},
+	{"wait_mean_seconds", "job wait until the first decision, mean [s]",
+		mean(func(s sim.SchedulerStats) float64 { return s.WaitMeanSeconds })},
+	{"wait_median_seconds", "job wait until the first decision, median [s]",
+		mean(func(s sim.SchedulerStats) float64 { return s.WaitMedianSeconds })},
+	{"wait_p90_seconds", "job wait until the first decision, 90th percentile [s]",
+		mean(func(s sim.SchedulerStats) float64 { return s.WaitP90Seconds })},
+	{"wait_until_placed_mean_seconds", "job wait until every task placed, mean [s]",
+		mean(func(s sim.SchedulerStats) float64 { return s.WaitUntilPlacedMeanSeconds })},
+	{"wait_until_placed_median_seconds", "job wait until every task placed, median [s]",
+		mean(func(s sim.SchedulerStats) float64 { return s.WaitUntilPlacedMedianSeconds })},
+	{"wait_until_placed_p90_seconds", "job wait until every task placed, 90th percentile [s]",
+		mean(func(s sim.SchedulerStats) float64 { return s.WaitUntilPlacedP90Seconds })},
+	{"cpu_allocated_fraction", "cell CPU allocated (mean fraction)",
+		func(_ []sim.SchedulerStats, st *sim.Stats) float64 { return st.CPUUtilisation }},
+	{"duration_seconds", "virtual time run [s]", func(_ []sim.SchedulerStats, st *sim.Stats) float64 { return st.DurationSeconds }},
 }
 
 func sum(f func(sim.SchedulerStats) int) func([]sim.SchedulerStats, *sim.Stats) float64 {

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/troupe-cluster/troupe/tools/sim/workload"
@@ -115,6 +116,18 @@ func (w WorkloadFlags) Open() (*Workload, error) {
 				c.Cell.Shapes[i].Count = max(1, int(math.Round(float64(c.Cell.Shapes[i].Count)*w.CellScale)))
 			}
 			out.Desc += fmt.Sprintf(", its cell's machine counts × %v", w.CellScale)
+		}
+		if p := c.Prefill; p != nil {
+			var targets []string
+			for _, t := range []struct {
+				what string
+				v    float64
+			}{{"CPU", p.CPUUtilisation}, {"memory", p.MemoryUtilisation}} {
+				if t.v > 0 {
+					targets = append(targets, fmt.Sprintf("%.4g%% of its %s", 100*t.v, t.what))
+				}
+			}
+			out.Desc += ", its cell prefilled to " + strings.Join(targets, " or ")
 		}
 		out.Cell = c.Cell.Machines()
 		out.Span = time.Duration(c.HorizonSeconds * float64(time.Second))

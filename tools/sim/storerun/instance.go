@@ -70,23 +70,27 @@ func placements(req *storev1.CommitRequest) int {
 	return n
 }
 
-// observe takes the report of a decision: the rest of its modelled time
-// is waited, and it is recorded from its first commit (or now, without
-// one) to the end of the wait.
+// observe takes the report of a decision, just after its commit: the
+// rest of its modelled time is waited, and it is recorded from its first
+// commit (or now, without one) to the end of the wait.
 func (in *instance) observe(d scheduler.Decision) {
+	committed := time.Now()
 	if in.start.IsZero() {
-		in.start = time.Now()
+		in.start = committed
 	}
 	in.r.sleep(in.r.ctx, in.decision.For(len(d.Plan.Placements)+len(d.Plan.Failures))-in.waited)
-	in.r.decided(in.index, d, in.start, time.Now())
+	in.r.decided(in.index, d, in.start, committed, time.Now())
 	in.start, in.waited = time.Time{}, 0
 }
 
-// decided records decision d of scheduler i, from start to end: the
-// workload job's wait (its first decision), the decision's time and
-// outcome, the tasks it preempted, and the workload job's abandoning
-// (the scheduler's policy gives its Job up and stops its pending tasks).
-func (r *run) decided(i int, d scheduler.Decision, start, end time.Time) {
+// decided records decision d of scheduler i, from start to end, committed
+// at committed: the workload job's wait (its first decision), the
+// decision's time and outcome, the tasks it preempted, the workload
+// job's wait until none of its tasks was pending (the first commit after
+// which every task had been placed and not preempted since), and the
+// workload job's abandoning (the scheduler's policy gives its Job up and
+// stops its pending tasks).
+func (r *run) decided(i int, d scheduler.Decision, start, committed, end time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	js := r.jobs[d.Job]
@@ -94,11 +98,19 @@ func (r *run) decided(i int, d scheduler.Decision, start, end time.Time) {
 		js.of.decided = true
 		r.rec.Waited(i, r.virtual(start)-js.of.submit)
 	}
-	r.rec.Decided(i, r.virtual(start), r.virtual(end), len(d.Result.Committed), len(d.Result.Conflicted), len(d.Plan.Failures))
+	r.rec.Decided(i, r.virtual(start), r.virtual(end), scheduler.Outcome{Placed: len(d.Result.Committed),
+		Conflicted: len(d.Result.Conflicted), Stopped: len(d.Result.Stopped), Unfit: len(d.Plan.Failures)})
 	for _, p := range d.Result.Committed {
+		js.of.placed[p.Task.Key] = true
 		for _, v := range p.Victims {
-			r.rec.Preempted(r.jobs[v.Job].sched)
+			victim := r.jobs[v.Job]
+			r.rec.Preempted(victim.sched)
+			delete(victim.of.placed, v.Key)
 		}
+	}
+	if !js.of.allPlaced && len(js.of.placed) == js.of.tasks {
+		js.of.allPlaced = true
+		r.rec.Placed(i, r.virtual(committed)-js.of.submit)
 	}
 	if d.Action.Step == scheduler.Abandon && !js.of.abandoned {
 		js.of.abandoned = true

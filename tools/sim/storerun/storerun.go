@@ -163,10 +163,14 @@ type run struct {
 	durations map[string]time.Duration
 }
 
-// submission is a job of the workload, written as one Job or more.
+// submission is a job of the workload, written as one Job or more: its
+// tasks, and those placed (and not preempted since), by task key.
 type submission struct {
 	submit             time.Duration
 	decided, abandoned bool
+	tasks              int
+	placed             map[string]bool
+	allPlaced          bool // none pending after a commit: its wait recorded
 }
 
 // jobState is what the run follows of a Job.
@@ -482,9 +486,9 @@ func (r *run) finish(end time.Time) (*sim.Stats, error) {
 	st := r.rec.Finish(r.virtual(end), unscheduled, r.utilisation(end))
 	for i, in := range r.instances {
 		own, got := in.sched.Stats(), st.Schedulers[i]
-		if own.Placements != uint64(got.Placements) || own.Conflicts != uint64(got.Conflicts) {
+		if own.Placements != uint64(got.Placements) || own.Conflicts != uint64(got.ConflictedPlacements) {
 			return nil, fmt.Errorf("storerun: scheduler %s counted %d placements and %d conflicts, its decisions %d and %d",
-				got.Name, own.Placements, own.Conflicts, got.Placements, got.Conflicts)
+				got.Name, own.Placements, own.Conflicts, got.Placements, got.ConflictedPlacements)
 		}
 	}
 	return st, nil

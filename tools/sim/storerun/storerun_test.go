@@ -61,7 +61,8 @@ const compress = 20
 //     (the workload and the job-to-scheduler hash are fixed), and as
 //     many placements committed as tasks, in both;
 //   - in both runs, no job left unscheduled or abandoned, no task found
-//     unschedulable, none preempted: the cell stays below half full, so
+//     unschedulable (no decision without room), none preempted, every
+//     job decided and wholly placed: the cell stays below half full, so
 //     every task fits at once whenever its decision runs;
 //   - the in-memory run, deterministic in virtual time, has at most 0.1
 //     conflicts per placement;
@@ -91,24 +92,30 @@ func runBoth(tb testing.TB) (mem, store *sim.Stats) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Logf("%d jobs: %v of virtual time in memory, %v against the store, in %v; utilisation %.3f/%.3f (memory/store)", len(jobs),
-		mem.Duration, store.Duration, time.Since(start).Round(time.Millisecond), mem.CPUUtilisation, store.CPUUtilisation)
+	tb.Logf("%d jobs: %.1fs of virtual time in memory, %.1fs against the store, in %v; utilisation %.3f/%.3f (memory/store)", len(jobs),
+		mem.DurationSeconds, store.DurationSeconds, time.Since(start).Round(time.Millisecond), mem.CPUUtilisation, store.CPUUtilisation)
 	for i, m := range mem.Schedulers {
 		s := store.Schedulers[i]
-		tb.Logf("%s: jobs %d/%d, tasks %d/%d, decisions %d/%d, placements %d/%d, conflicts %d/%d, busy %.3f/%.3f, wait p50 %v/%v p90 %v/%v (memory/store)",
-			m.Name, m.Jobs, s.Jobs, m.Tasks, s.Tasks, m.Decisions, s.Decisions, m.Placements, s.Placements, m.Conflicts, s.Conflicts,
-			m.Busyness, s.Busyness, m.WaitMedian, s.WaitMedian, m.WaitP90, s.WaitP90)
+		tb.Logf("%s: jobs %d/%d, tasks %d/%d, decisions %d/%d, transactions %d/%d (failed %d/%d), placements %d/%d, conflicted %d/%d, "+
+			"busy %.3f/%.3f, wait p50 %.3fs/%.3fs p90 %.3fs/%.3fs, until placed p90 %.3fs/%.3fs (memory/store)",
+			m.Name, m.Jobs, s.Jobs, m.Tasks, s.Tasks, m.Decisions, s.Decisions, m.Transactions, s.Transactions, m.FailedTransactions,
+			s.FailedTransactions, m.Placements, s.Placements, m.ConflictedPlacements, s.ConflictedPlacements, m.BusynessFraction,
+			s.BusynessFraction, m.WaitMedianSeconds, s.WaitMedianSeconds, m.WaitP90Seconds, s.WaitP90Seconds, m.WaitUntilPlacedP90Seconds,
+			s.WaitUntilPlacedP90Seconds)
 		for _, st := range []struct {
 			run string
 			sim.SchedulerStats
 		}{{"memory", m}, {"store", s}} {
-			if st.Unscheduled != 0 || st.Abandoned != 0 || st.Unschedulable != 0 || st.Preempted != 0 || st.Placements != st.Tasks {
-				tb.Errorf("%s in %s: %d unscheduled, %d abandoned, %d unschedulable, %d preempted; %d placements of %d tasks",
-					st.Name, st.run, st.Unscheduled, st.Abandoned, st.Unschedulable, st.Preempted, st.Placements, st.Tasks)
+			if st.UnscheduledJobs != 0 || st.AbandonedJobs != 0 || st.UnschedulableTaskDecisions != 0 || st.NoRoomDecisions != 0 ||
+				st.PreemptedTasks != 0 || st.Placements != st.Tasks || st.PlacedJobs != st.Jobs || st.DecidedJobs != st.Jobs {
+				tb.Errorf("%s in %s: %d unscheduled, %d abandoned, %d unschedulable, %d decisions without room, %d preempted; "+
+					"%d placements of %d tasks; %d jobs decided and %d placed of %d",
+					st.Name, st.run, st.UnscheduledJobs, st.AbandonedJobs, st.UnschedulableTaskDecisions, st.NoRoomDecisions,
+					st.PreemptedTasks, st.Placements, st.Tasks, st.DecidedJobs, st.PlacedJobs, st.Jobs)
 			}
 		}
-		if m.ConflictFraction > 0.1 {
-			tb.Errorf("%s in memory: conflict fraction %.2f, want at most 0.1", m.Name, m.ConflictFraction)
+		if m.ConflictedPlacementsPerPlacement > 0.1 {
+			tb.Errorf("%s in memory: %.2f conflicted placements per placement, want at most 0.1", m.Name, m.ConflictedPlacementsPerPlacement)
 		}
 		if s.Jobs != m.Jobs || s.Tasks != m.Tasks {
 			tb.Errorf("%s: %d jobs, %d tasks in the store; %d, %d in memory", m.Name, s.Jobs, s.Tasks, m.Jobs, m.Tasks)
@@ -138,16 +145,16 @@ func BenchmarkAgainstMemory(b *testing.B) {
 	var durDelta, utilDelta, decisionsDelta, waitP90Delta, busyRatio, conflictFraction float64
 	for range b.N {
 		mem, store := runBoth(b)
-		durDelta += (store.Duration - mem.Duration).Seconds()
+		durDelta += store.DurationSeconds - mem.DurationSeconds
 		utilDelta += store.CPUUtilisation - mem.CPUUtilisation
 		for i, m := range mem.Schedulers {
 			s := store.Schedulers[i]
 			decisionsDelta += float64(s.Decisions - m.Decisions)
-			waitP90Delta = max(waitP90Delta, (s.WaitP90 - m.WaitP90).Seconds())
-			if m.Busyness > 0 {
-				busyRatio = max(busyRatio, s.Busyness/m.Busyness)
+			waitP90Delta = max(waitP90Delta, s.WaitP90Seconds-m.WaitP90Seconds)
+			if m.BusynessFraction > 0 {
+				busyRatio = max(busyRatio, s.BusynessFraction/m.BusynessFraction)
 			}
-			conflictFraction = max(conflictFraction, s.ConflictFraction)
+			conflictFraction = max(conflictFraction, s.ConflictedPlacementsPerPlacement)
 		}
 	}
 	n := float64(b.N)

@@ -70,7 +70,7 @@ func (r *run) submit(ctx context.Context, job workload.Job) error {
 	tx := clientlib.NewTxn(r.c)
 	r.mu.Lock()
 	created := timestamppb.New(r.t0.Add(r.wall(job.Submit)))
-	sub := &submission{submit: job.Submit}
+	sub := &submission{submit: job.Submit, tasks: len(job.Tasks), placed: map[string]bool{}}
 	for k, tasks := range shapes {
 		name := job.ID
 		if len(shapes) > 1 {
