@@ -32,7 +32,12 @@ type PrefillStats struct {
 
 // Prefilled returns what the workload's prefill put in the cell (zero
 // before Run, or without a prefill).
-func (s *Simulator) Prefilled() PrefillStats { return s.prefilled }
+func (s *Simulator) Prefilled() PrefillStats {
+	if p := s.stats.Prefill; p != nil {
+		return *p
+	}
+	return PrefillStats{}
+}
 
 const (
 	// prefillMisses: the prefill stops after this many jobs in a row
@@ -153,7 +158,7 @@ func (s *Simulator) prefill(ctx context.Context, p *workload.Prefill) error {
 	if memTotal > 0 {
 		st.MemoryUtilisation = float64(mem) / float64(memTotal)
 	}
-	s.prefilled = st
+	s.stats.Prefill = &st
 	return s.err
 }
 

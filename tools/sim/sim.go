@@ -144,10 +144,7 @@ type Simulator struct {
 	// exceeded (conservation).
 	capacity map[string]int64
 	stats    *Stats
-	// prefilled is what the workload's prefill put in the cell at time
-	// 0 (prefill.go).
-	prefilled PrefillStats
-	err       error
+	err      error
 }
 
 // jobState is a job the simulator follows.
@@ -452,7 +449,7 @@ func (s *Simulator) decide(sc *simScheduler) {
 
 // finishDecision commits plan, at the end of its decision time.
 func (s *Simulator) finishDecision(sc *simScheduler, js *jobState, plan *framework.Plan, start time.Duration) {
-	if sc.modes.Txn == framework.AllOrNothing && len(plan.Failures) > 0 {
+	if sc.modes.Txn.GangRule() && len(plan.Failures) > 0 {
 		plan = &framework.Plan{Failures: plan.Failures} // a gang is placed whole or not at all
 	}
 	res, err := framework.CommitPlan(context.Background(), s.store, plan, sc.modes, sc.cfg.Name, epoch.Add(s.now))

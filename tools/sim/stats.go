@@ -24,7 +24,10 @@ type Stats struct {
 	// CPUUtilisation is the mean fraction of the cell's CPU allocated.
 	CPUUtilisation float64 `json:"cpu_allocated_fraction"`
 	// Failures counts the machines that failed (Config.Failures).
-	Failures   int              `json:"machine_failures"`
+	Failures int `json:"machine_failures"`
+	// Prefill is what the workload's prefill put in the cell at time 0,
+	// outside every scheduler's measures (nil: no prefill).
+	Prefill    *PrefillStats    `json:"prefill,omitempty"`
 	Schedulers []SchedulerStats `json:"schedulers"`
 }
 

@@ -16,7 +16,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/troupe-cluster/troupe/schedulers/framework"
 	"github.com/troupe-cluster/troupe/schedulers/profiles"
+	"github.com/troupe-cluster/troupe/schedulers/scheduler"
 )
 
 // MemoryRunner is the name of InMemory among a Command's runners.
@@ -49,6 +51,7 @@ type CLIRunner struct {
 
 // commonFlags are the flags of a single run and of a sweep.
 type commonFlags struct {
+	fs            *flag.FlagSet
 	workload      WorkloadFlags
 	params        Params
 	conflict, txn string
@@ -61,7 +64,7 @@ func (c Command) flagSet(name string, usage func(*flag.FlagSet)) (*flag.FlagSet,
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(c.Stderr)
 	fs.Usage = func() { usage(fs) }
-	f := &commonFlags{params: DefaultParams()}
+	f := &commonFlags{fs: fs, params: DefaultParams()}
 	f.workload.Register(fs)
 	p := &f.params
 	fs.IntVar(&p.Batch, "batch", p.Batch, "batch schedulers (they split the batch jobs by hash)")
@@ -73,8 +76,12 @@ func (c Command) flagSet(name string, usage func(*flag.FlagSet)) (*flag.FlagSet,
 	fs.DurationVar(&p.BatchDecision.Task, "ttask-batch", p.BatchDecision.Task, "batch schedulers' decision time per task")
 	fs.DurationVar(&p.ServiceDecision.Job, "tjob-service", p.ServiceDecision.Job, "service schedulers' decision time per job")
 	fs.DurationVar(&p.ServiceDecision.Task, "ttask-service", p.ServiceDecision.Task, "service schedulers' decision time per task")
-	fs.StringVar(&f.conflict, "conflict", "", "conflict detection of every scheduler: fine or coarse (default: each profile's own)")
-	fs.StringVar(&f.txn, "txn", "", "transactions of every scheduler: incremental or all-or-nothing (default: each profile's own)")
+	fs.StringVar(&f.conflict, "conflict", "", "conflict detection of every scheduler: "+strings.Join(framework.ConflictModes(), ", ")+
+		" (coarse: any change to the machine's allocation since the snapshot fails a claim; coarse-claims: only another claim, as Google's simulator) (default: each profile's own)")
+	fs.StringVar(&f.txn, "txn", "", "transactions of every scheduler: "+strings.Join(framework.TxnModes(), ", ")+
+		" (gang: nothing commits unless every task fits; atomic: what fits commits whole or not at all, as Google's all-or-nothing) (default: each profile's own)")
+	fs.StringVar(&p.Policy, "policy", "", "a policy preset replacing -max-attempts, -abandon-after, -backoff and -max-backoff: "+
+		strings.Join(scheduler.PolicyPresets(), ", ")+" (google: back of the queue after 1s, abandoned past 100 decisions with nothing placed or 1,000 in all)")
 	fs.Float64Var(&p.BatchRate, "batch-rate", p.BatchRate, "multiply the batch jobs' arrival rate (the horizon is divided by it)")
 	fs.IntVar(&p.MaxAttempts, "max-attempts", p.MaxAttempts, "decisions retried at once after conflicts before a job backs off")
 	fs.IntVar(&p.AbandonAfter, "abandon-after", p.AbandonAfter, "decisions about a job before it is abandoned (0: never)")
@@ -95,18 +102,29 @@ func (c Command) flagSet(name string, usage func(*flag.FlagSet)) (*flag.FlagSet,
 func (f *commonFlags) resolve() (*Workload, Params, error) {
 	p := f.params
 	if f.conflict != "" {
-		m, err := parseName(conflictNames, f.conflict, "-conflict")
+		m, err := framework.ParseConflictMode(f.conflict)
 		if err != nil {
-			return nil, p, err
+			return nil, p, fmt.Errorf("-conflict: %w", err)
 		}
 		p.Conflict = &m
 	}
 	if f.txn != "" {
-		m, err := parseName(txnNames, f.txn, "-txn")
+		m, err := framework.ParseTxnMode(f.txn)
 		if err != nil {
-			return nil, p, err
+			return nil, p, fmt.Errorf("-txn: %w", err)
 		}
 		p.Txn = &m
+	}
+	if p.Policy != "" && p.Policy != scheduler.DefaultPolicyName {
+		var knobs []string
+		f.fs.Visit(func(fl *flag.Flag) {
+			if slices.Contains([]string{"max-attempts", "abandon-after", "backoff", "max-backoff"}, fl.Name) {
+				knobs = append(knobs, "-"+fl.Name)
+			}
+		})
+		if len(knobs) > 0 {
+			return nil, p, fmt.Errorf("%s: not with -policy %s, which fixes the retry policy", strings.Join(knobs, ", "), p.Policy)
+		}
 	}
 	w, err := f.workload.Open()
 	if err != nil {
@@ -119,16 +137,6 @@ func (f *commonFlags) resolve() (*Workload, Params, error) {
 		p.Horizon = w.Span
 	}
 	return w, p, p.Validate()
-}
-
-func parseName[M comparable](names map[M]string, s, flagName string) (M, error) {
-	for m, name := range names {
-		if name == s {
-			return m, nil
-		}
-	}
-	var zero M
-	return zero, fmt.Errorf("%s is %s, not %q", flagName, strings.Join(slices.Sorted(maps.Values(names)), " or "), s)
 }
 
 // Run runs the command with args (those after the command's name).

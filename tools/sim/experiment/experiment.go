@@ -80,6 +80,10 @@ type Params struct {
 	// decisions before a job is abandoned.
 	MaxAttempts, AbandonAfter int
 	Backoff, MaxBackoff       time.Duration
+	// Policy names a preset (scheduler.PolicyPreset) that replaces the
+	// four knobs above: "" or "default" keeps them, "google" is Google's
+	// lightweight simulator's retry policy (scheduler.GooglePolicy).
+	Policy string
 	// Horizon ends each run, in the workload's time (0: when every task
 	// has ended).
 	Horizon time.Duration
@@ -113,6 +117,11 @@ func (p Params) Validate() error {
 	case p.Horizon < 0:
 		return fmt.Errorf("horizon %v is negative", p.Horizon)
 	}
+	if p.Policy != "" {
+		if _, err := scheduler.PolicyPreset(p.Policy, p.Backoff); err != nil {
+			return err
+		}
+	}
 	for _, d := range []framework.DecisionTime{p.BatchDecision, p.ServiceDecision} {
 		if d.Job < 0 || d.Task < 0 {
 			return fmt.Errorf("decision time %+v is negative", d)
@@ -145,6 +154,9 @@ func (p Params) modes(kind string) (*framework.Modes, error) {
 
 // policy is the schedulers' policy.
 func (p Params) policy() scheduler.Policy {
+	if p.Policy == scheduler.GooglePolicyName {
+		return scheduler.GooglePolicy()
+	}
 	pol := scheduler.DefaultPolicy(p.Backoff)
 	pol.MaxAttempts, pol.AbandonAfter = p.MaxAttempts, p.AbandonAfter
 	if p.MaxBackoff > 0 {

@@ -231,9 +231,9 @@ func TestKnownAnswers(t *testing.T) {
 	for _, txn := range []framework.TxnMode{framework.Incremental, framework.AllOrNothing} {
 		fine, coarse := conflicts[modeName(framework.Fine, txn)], conflicts[modeName(framework.Coarse, txn)]
 		for seed, n := range fine {
-			t.Logf("%s, seed %d: fine %v conflicts, coarse %v", txnNames[txn], seed, n, coarse[seed])
+			t.Logf("%s, seed %d: fine %v conflicts, coarse %v", txn, seed, n, coarse[seed])
 			if coarse[seed] < n {
-				t.Errorf("%s, seed %d: coarse %v conflicts, fewer than fine's %v", txnNames[txn], seed, coarse[seed], n)
+				t.Errorf("%s, seed %d: coarse %v conflicts, fewer than fine's %v", txn, seed, coarse[seed], n)
 			}
 		}
 	}
@@ -351,14 +351,16 @@ func TestBadArguments(t *testing.T) {
 		{append([]string{"sweep", "tjob-sweep", "-x", "0,1"}, cfg...), "must be positive"},
 		{append([]string{"sweep", "parallel-batch", "-x", "1.5"}, cfg...), "whole number"},
 		{append([]string{"sweep", "tjob-sweep", "-seeds", "0"}, cfg...), "-seeds 0"},
-		{append([]string{"sweep", "tjob-sweep", "-conflict", "medium"}, cfg...), "-conflict is coarse or fine"},
+		{append([]string{"sweep", "tjob-sweep", "-conflict", "medium"}, cfg...), `-conflict: unknown conflict mode "medium" (fine, coarse, coarse-claims)`},
 		{append([]string{"sweep", "tjob-sweep", "-batch-profile", "nope"}, cfg...), `unknown scheduler kind "nope"`},
 		{append([]string{"sweep", "tjob-sweep", "-runner", "store"}, cfg...), `no runner "store"`},
 		{append([]string{"sweep", "tjob-sweep", "-compare", "memory"}, cfg...), "the runner itself"},
 		{[]string{"sweep", "tjob-sweep", "-config", "testdata/small.yaml"}, "-out DIR is required"},
 		{[]string{"sweep", "tjob-sweep", "-config", "testdata/small.yaml", "-csv", "x.csv", "-out", dir}, "at most one of"},
 		{[]string{"-config", "testdata/small.yaml", "extra"}, "unexpected arguments"},
-		{[]string{"-txn", "some"}, "-txn is all-or-nothing or incremental"},
+		{[]string{"-txn", "some"}, `-txn: unknown transaction mode "some" (incremental, gang, atomic`},
+		{[]string{"-config", "testdata/small.yaml", "-policy", "nomad"}, `unknown policy "nomad" (default, google)`},
+		{[]string{"-config", "testdata/small.yaml", "-policy", "google", "-max-attempts", "3", "-backoff", "2s"}, "-backoff, -max-attempts: not with -policy google"},
 		{[]string{"-config", "testdata/small.yaml", "-from", "1h"}, "past the workload's end"},
 		{[]string{"-csv", "x.csv", "-cell-scale", "0.5"}, "for a synthetic workload"},
 	} {

@@ -29,9 +29,11 @@ type paramsJSON struct {
 	AbandonAfterDecisions int     `json:"abandon_after_decisions"`
 	BackoffSeconds        float64 `json:"backoff_seconds"`
 	MaxBackoffSeconds     float64 `json:"max_backoff_seconds"`
-	HorizonSeconds        float64 `json:"horizon_seconds"`
-	MTBFSeconds           float64 `json:"mtbf_seconds"`
-	RepairSeconds         float64 `json:"repair_seconds"`
+	// Policy is the preset that replaced the four knobs above, if any.
+	Policy         string  `json:"policy,omitempty"`
+	HorizonSeconds float64 `json:"horizon_seconds"`
+	MTBFSeconds    float64 `json:"mtbf_seconds"`
+	RepairSeconds  float64 `json:"repair_seconds"`
 }
 
 // MarshalJSON writes p as results.json holds it.
@@ -40,7 +42,7 @@ func (p Params) MarshalJSON() ([]byte, error) {
 		BatchTJobSeconds: p.BatchDecision.Job.Seconds(), BatchTTaskSeconds: p.BatchDecision.Task.Seconds(),
 		ServiceTJobSeconds: p.ServiceDecision.Job.Seconds(), ServiceTTaskSeconds: p.ServiceDecision.Task.Seconds(),
 		BatchRateFactor: p.BatchRate, MaxAttempts: p.MaxAttempts, AbandonAfterDecisions: p.AbandonAfter,
-		BackoffSeconds: p.Backoff.Seconds(), MaxBackoffSeconds: p.MaxBackoff.Seconds(), HorizonSeconds: p.Horizon.Seconds(),
+		BackoffSeconds: p.Backoff.Seconds(), MaxBackoffSeconds: p.MaxBackoff.Seconds(), Policy: p.Policy, HorizonSeconds: p.Horizon.Seconds(),
 		MTBFSeconds: p.MTBF.Seconds(), RepairSeconds: p.Repair.Seconds()}
 	if p.Conflict != nil {
 		j.Conflict = p.Conflict.String()
@@ -61,7 +63,7 @@ func (p *Params) UnmarshalJSON(b []byte) error {
 		BatchDecision:   framework.DecisionTime{Job: seconds(j.BatchTJobSeconds), Task: seconds(j.BatchTTaskSeconds)},
 		ServiceDecision: framework.DecisionTime{Job: seconds(j.ServiceTJobSeconds), Task: seconds(j.ServiceTTaskSeconds)},
 		BatchRate:       j.BatchRateFactor, MaxAttempts: j.MaxAttempts, AbandonAfter: j.AbandonAfterDecisions,
-		Backoff: seconds(j.BackoffSeconds), MaxBackoff: seconds(j.MaxBackoffSeconds), Horizon: seconds(j.HorizonSeconds),
+		Backoff: seconds(j.BackoffSeconds), MaxBackoff: seconds(j.MaxBackoffSeconds), Policy: j.Policy, Horizon: seconds(j.HorizonSeconds),
 		MTBF: seconds(j.MTBFSeconds), Repair: seconds(j.RepairSeconds)}
 	if j.Conflict != "" {
 		m, err := framework.ParseConflictMode(j.Conflict)

@@ -91,7 +91,7 @@ func (res *Results) setup() [][2]string {
 	p := res.Base
 	modes := "each profile's own"
 	if p.Conflict != nil || p.Txn != nil {
-		modes = "conflict " + orDefault(p.Conflict, conflictNames) + ", transactions " + orDefault(p.Txn, txnNames)
+		modes = "conflict " + orDefault(p.Conflict) + ", transactions " + orDefault(p.Txn)
 	}
 	horizon := "until every task has ended"
 	if p.Horizon > 0 {
@@ -159,11 +159,11 @@ func schedulersText(n int, profile string, d framework.DecisionTime) string {
 	return fmt.Sprintf("%d, profile %s, t_job %v, t_task %v", n, profile, d.Job, d.Task)
 }
 
-func orDefault[M comparable](v *M, names map[M]string) string {
+func orDefault[M fmt.Stringer](v *M) string {
 	if v == nil {
 		return "the profile's"
 	}
-	return names[*v]
+	return (*v).String()
 }
 
 func orDash(s string) string {

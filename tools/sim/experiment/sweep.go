@@ -90,14 +90,18 @@ func Sweeps() []Sweep {
 				"there, each scheduler's busyness falls as they share the load while conflicts grow slowly with their number.",
 			XLabel: "batch schedulers", LogX: true, XS: []float64{1, 2, 4, 8, 16, 32}, at: setBatchSchedulers},
 		{Name: "conflict-modes", Title: "Conflict detection and transactions",
-			Doc: "Fine- against coarse-grained conflict detection and incremental against all-or-nothing (gang) transactions, " +
+			Doc: "Fine- against coarse-grained conflict detection and incremental against all-or-nothing transactions, " +
 				"for every scheduler, over t_job(service) (the Omega paper's high-fidelity comparison of coarse-grained detection " +
 				"and gang scheduling): there, coarse detection conflicts more often and all-or-nothing commits redo whole jobs, " +
-				"so busyness grows.",
+				"so busyness grows. Coarse fails a claim on any change to the machine's allocation since the snapshot (a task " +
+				"ending included), coarse-claims only on another claim (Google's simulator's sequence numbers); gang commits " +
+				"nothing unless every task fits, atomic commits what fits whole or not at all (Google's all-or-nothing).",
 			XLabel: "t_job(service) [s]", LogX: true, XS: []float64{0.1, 1, 10}, at: setServiceTJob,
 			series: []series{
 				modeSeries(framework.Fine, framework.Incremental), modeSeries(framework.Coarse, framework.Incremental),
+				modeSeries(framework.CoarseClaims, framework.Incremental),
 				modeSeries(framework.Fine, framework.AllOrNothing), modeSeries(framework.Coarse, framework.AllOrNothing),
+				modeSeries(framework.Fine, framework.Atomic),
 			}},
 		{Name: "arrival-scale", Title: "Batch arrival rate",
 			Doc: "The batch jobs' arrival rate multiplied by 1 to 10, the services' left alone (the Omega paper's scaling of " +
@@ -152,13 +156,8 @@ func modeSeries(c framework.ConflictMode, t framework.TxnMode) series {
 }
 
 func modeName(c framework.ConflictMode, t framework.TxnMode) string {
-	return conflictNames[c] + "/" + txnNames[t]
+	return c.String() + "/" + t.String()
 }
-
-var (
-	conflictNames = map[framework.ConflictMode]string{framework.Fine: "fine", framework.Coarse: "coarse"}
-	txnNames      = map[framework.TxnMode]string{framework.Incremental: "incremental", framework.AllOrNothing: "all-or-nothing"}
-)
 
 // formatFloat writes x as briefly as it reads back.
 func formatFloat(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }

@@ -125,6 +125,9 @@ func (r *run) unplacedJobs() map[string]bool {
 func (r *run) counterChanged(ev *storev1.Event) error {
 	kv := ev.GetKv()
 	key := kv.GetKey()
+	if clientlib.IsClaimsKey(key) { // a claims count (coarse-claims mode), no resource
+		return nil
+	}
 	var value int64
 	if ev.GetType() != storev1.EventType_EVENT_TYPE_DELETE {
 		c, err := clientlib.DecodeCounter(key, kv.GetValue(), kv.GetVersion())
@@ -191,6 +194,9 @@ func audit(ctx context.Context, s clientlib.Store, capacity map[string]int64, ns
 			return fmt.Errorf("audit: %w", err)
 		}
 		key, v := kv.GetKey(), c.GetValue()
+		if clientlib.IsClaimsKey(key) {
+			continue
+		}
 		if v > capacity[key] {
 			errs = append(errs, fmt.Errorf("audit: %s is %d, over the machine's capacity %d", key, v, capacity[key]))
 		}
