@@ -76,10 +76,11 @@ func loopWorkload(t *testing.T) ([]workload.Job, []workload.Machine) {
 	t.Helper()
 	wc := workload.Config{Seed: 5, HorizonSeconds: 60,
 		Cell: workload.CellConfig{Shapes: []workload.ShapeConfig{{Name: "m", Count: 4, CPUCores: 4, MemoryGiB: 64}}},
-		Classes: []workload.ClassConfig{{Name: "batch", Type: "batch", Arrival: workload.ArrivalConfig{Process: "poisson", IntervalSeconds: 2},
-			Tasks: workload.Dist{Dist: "uniform", Min: 1, Max: 4}, DurationSeconds: workload.Dist{Dist: "uniform", Min: 10, Max: 40},
-			CPUCores: workload.Dist{Dist: "choice", Values: []float64{0.5, 1, 2, 2, 2, 6}}, MemoryGiB: workload.Dist{Dist: "fixed", Value: 1},
-			Priority: workload.Dist{Dist: "fixed", Value: 0}}}}
+		Classes: []workload.ClassConfig{{Name: "batch", Arrival: workload.ArrivalConfig{Process: "poisson", IntervalSeconds: 2},
+			JobShape: workload.JobShape{Type: "batch",
+				Tasks: workload.Dist{Dist: "uniform", Min: 1, Max: 4}, DurationSeconds: workload.Dist{Dist: "uniform", Min: 10, Max: 40},
+				CPUCores: workload.Dist{Dist: "choice", Values: []float64{0.5, 1, 2, 2, 2, 6}}, MemoryGiB: workload.Dist{Dist: "fixed", Value: 1},
+				Priority: workload.Dist{Dist: "fixed", Value: 0}}}}}
 	jobs, err := workload.Generate(wc)
 	if err != nil {
 		t.Fatal(err)

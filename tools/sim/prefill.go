@@ -8,8 +8,6 @@ import (
 	"math"
 	"math/rand/v2"
 
-	"github.com/troupe-cluster/troupe/clientlib"
-	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 	"github.com/troupe-cluster/troupe/schedulers/framework"
 	"github.com/troupe-cluster/troupe/tools/sim/workload"
 )
@@ -173,22 +171,8 @@ func (s *Simulator) prefillJob(job workload.Job, on []int) error {
 	if js.sched = s.schedulerFor(job); js.sched == nil {
 		return fmt.Errorf("sim: prefill: no scheduler serves %s jobs (prefill job %s), to place its tasks again if they are preempted or lost", job.Type, job.ID)
 	}
-	tx := clientlib.NewTxn(s.store)
-	tasks := Tasks(job, js.sched.cfg.Kind, s.now)
-	for _, task := range tasks {
-		clientlib.PutObject(tx.Group(), clientlib.Tasks, task)
-	}
-	out, err := tx.Commit(context.Background())
-	if err == nil {
-		err = out.Err()
-	}
-	if err != nil {
+	if err := s.createTasks(js); err != nil {
 		return fmt.Errorf("sim: prefill: submit job %s: %w", job.ID, err)
-	}
-	js.tasks, js.ftasks, js.runs = make([]*troupev1.Task, len(tasks)), make([]*framework.Task, len(tasks)), make([]int, len(tasks))
-	for i, g := range out.Groups {
-		tasks[i].Metadata.Version = g.Revision
-		js.set(int32(i), tasks[i])
 	}
 	s.jobs[js.key] = js
 	plan := &framework.Plan{Placements: make([]framework.Placement, len(on))}

@@ -356,6 +356,29 @@ func (s *Simulator) arrive(job workload.Job, jobs workload.Source) {
 	}
 }
 
+// createTasks creates js's tasks, pending, in the store, and follows
+// them.
+func (s *Simulator) createTasks(js *jobState) error {
+	tx := clientlib.NewTxn(s.store)
+	tasks := Tasks(js.job, js.sched.cfg.Kind, s.now)
+	for _, task := range tasks {
+		clientlib.PutObject(tx.Group(), clientlib.Tasks, task)
+	}
+	out, err := tx.Commit(context.Background())
+	if err == nil {
+		err = out.Err()
+	}
+	if err != nil {
+		return err
+	}
+	js.tasks, js.ftasks, js.runs = make([]*troupev1.Task, len(tasks)), make([]*framework.Task, len(tasks)), make([]int, len(tasks))
+	for i, g := range out.Groups {
+		tasks[i].Metadata.Version = g.Revision
+		js.set(int32(i), tasks[i])
+	}
+	return nil
+}
+
 // submit creates job's tasks and queues the job for its scheduler.
 func (s *Simulator) submit(job workload.Job) error {
 	js := &jobState{job: job, key: "sim/" + job.ID, first: -1, on: map[string]int{}}
@@ -364,22 +387,8 @@ func (s *Simulator) submit(job workload.Job) error {
 		return fmt.Errorf("sim: no scheduler serves %s job %s", job.Type, job.ID)
 	}
 	js.sched = sched
-	tx := clientlib.NewTxn(s.store)
-	tasks := Tasks(job, sched.cfg.Kind, s.now)
-	for _, task := range tasks {
-		clientlib.PutObject(tx.Group(), clientlib.Tasks, task)
-	}
-	out, err := tx.Commit(context.Background())
-	if err != nil {
+	if err := s.createTasks(js); err != nil {
 		return fmt.Errorf("sim: submit job %s: %w", job.ID, err)
-	}
-	if err := out.Err(); err != nil {
-		return fmt.Errorf("sim: submit job %s: %w", job.ID, err)
-	}
-	js.tasks, js.ftasks, js.runs = make([]*troupev1.Task, len(tasks)), make([]*framework.Task, len(tasks)), make([]int, len(tasks))
-	for i, g := range out.Groups {
-		tasks[i].Metadata.Version = g.Revision
-		js.set(int32(i), tasks[i])
 	}
 	s.jobs[js.key] = js
 	s.order = append(s.order, js)

@@ -25,14 +25,16 @@ func experiment(t testing.TB) (sim.Config, []workload.Job) {
 	wc := workload.Config{Seed: 3, HorizonSeconds: 90,
 		Cell: workload.CellConfig{Zones: 2, Shapes: []workload.ShapeConfig{{Name: "m", Count: 20, CPUCores: 8, MemoryGiB: 32}}},
 		Classes: []workload.ClassConfig{
-			{Name: "batch", Type: "batch", Arrival: workload.ArrivalConfig{Process: "poisson", IntervalSeconds: 3},
-				Tasks: workload.Dist{Dist: "uniform", Min: 1, Max: 6}, DurationSeconds: workload.Dist{Dist: "uniform", Min: 20, Max: 60},
-				CPUCores: workload.Dist{Dist: "choice", Values: []float64{0.5, 1, 2}}, MemoryGiB: workload.Dist{Dist: "uniform", Min: 1, Max: 4},
-				Priority: workload.Dist{Dist: "fixed", Value: 0}},
-			{Name: "service", Type: "service", Arrival: workload.ArrivalConfig{Process: "fixed", IntervalSeconds: 30},
-				Tasks: workload.Dist{Dist: "fixed", Value: 3}, DurationSeconds: workload.Dist{Dist: "fixed", Value: 0},
-				CPUCores: workload.Dist{Dist: "fixed", Value: 1}, MemoryGiB: workload.Dist{Dist: "fixed", Value: 4},
-				Priority: workload.Dist{Dist: "fixed", Value: 100}, DistinctMachines: 1},
+			{Name: "batch", Arrival: workload.ArrivalConfig{Process: "poisson", IntervalSeconds: 3},
+				JobShape: workload.JobShape{Type: "batch",
+					Tasks: workload.Dist{Dist: "uniform", Min: 1, Max: 6}, DurationSeconds: workload.Dist{Dist: "uniform", Min: 20, Max: 60},
+					CPUCores: workload.Dist{Dist: "choice", Values: []float64{0.5, 1, 2}}, MemoryGiB: workload.Dist{Dist: "uniform", Min: 1, Max: 4},
+					Priority: workload.Dist{Dist: "fixed", Value: 0}}},
+			{Name: "service", Arrival: workload.ArrivalConfig{Process: "fixed", IntervalSeconds: 30},
+				JobShape: workload.JobShape{Type: "service",
+					Tasks: workload.Dist{Dist: "fixed", Value: 3}, DurationSeconds: workload.Dist{Dist: "fixed", Value: 0},
+					CPUCores: workload.Dist{Dist: "fixed", Value: 1}, MemoryGiB: workload.Dist{Dist: "fixed", Value: 4},
+					Priority: workload.Dist{Dist: "fixed", Value: 100}}, DistinctMachines: 1},
 		}}
 	jobs, err := workload.Generate(wc)
 	if err != nil {

@@ -30,10 +30,22 @@ type Config struct {
 // draws one for all its tasks (DurationPer).
 type ClassConfig struct {
 	// Name prefixes the jobs' IDs: <name>-1, <name>-2, ...
-	Name    string        `yaml:"name"`
-	Type    string        `yaml:"type"` // batch or service
-	Arrival ArrivalConfig `yaml:"arrival"`
-	Tasks   Dist          `yaml:"tasks"`
+	Name     string        `yaml:"name"`
+	Arrival  ArrivalConfig `yaml:"arrival"`
+	JobShape `yaml:",inline"`
+	// DistinctMachines is the fraction of jobs whose tasks must run on
+	// distinct machines.
+	DistinctMachines float64 `yaml:"distinct_machines"`
+	// Selectors: a job gets at most one, each with its fraction of jobs
+	// (the fractions add up to at most 1).
+	Selectors []SelectorConfig `yaml:"selectors"`
+}
+
+// JobShape is what a class's (or the prefill's) jobs draw: their type,
+// tasks, durations, requests and priority.
+type JobShape struct {
+	Type  string `yaml:"type"` // batch or service
+	Tasks Dist   `yaml:"tasks"`
 	// DurationSeconds: a task that draws 0 runs until the end.
 	DurationSeconds Dist `yaml:"duration_seconds"`
 	// DurationPer says what draws a duration: "task" (the default), each
@@ -44,12 +56,6 @@ type ClassConfig struct {
 	MemoryGiB   Dist   `yaml:"memory_gib"`
 	// Priority is on Troupe's scale (100 and up is production).
 	Priority Dist `yaml:"priority"`
-	// DistinctMachines is the fraction of jobs whose tasks must run on
-	// distinct machines.
-	DistinctMachines float64 `yaml:"distinct_machines"`
-	// Selectors: a job gets at most one, each with its fraction of jobs
-	// (the fractions add up to at most 1).
-	Selectors []SelectorConfig `yaml:"selectors"`
 }
 
 // Values of ClassConfig.DurationPer.

@@ -82,12 +82,14 @@ func TestConfigValidate(t *testing.T) {
 		{"prefill no target", func(c *Config) { c.Prefill = &PrefillConfig{Like: "service"} }, "prefill: cpu_utilisation or memory_utilisation: give the fraction"},
 		{"prefill like", func(c *Config) { c.Prefill = &PrefillConfig{CPUUtilisation: 0.5, Like: "web"} }, `prefill: like "web": no class has that name`},
 		{"prefill without like", func(c *Config) {
-			c.Prefill = &PrefillConfig{CPUUtilisation: 0.5, Tasks: Dist{Dist: "fixed", Value: 1}, CPUCores: Dist{Dist: "fixed", Value: 1}}
+			c.Prefill = &PrefillConfig{CPUUtilisation: 0.5, JobShape: JobShape{Tasks: Dist{Dist: "fixed", Value: 1}, CPUCores: Dist{Dist: "fixed", Value: 1}}}
 		}, "prefill: memory_gib: give its distribution, or like: CLASS"},
 		{"prefill dist", func(c *Config) {
-			c.Prefill = &PrefillConfig{CPUUtilisation: 0.5, Like: "service", Tasks: Dist{Dist: "exponential", Mean: 10, Round: "down"}}
+			c.Prefill = &PrefillConfig{CPUUtilisation: 0.5, Like: "service", JobShape: JobShape{Tasks: Dist{Dist: "exponential", Mean: 10, Round: "down"}}}
 		}, `prefill: tasks: round "down" is not nearest, floor or ceil`},
-		{"prefill type", func(c *Config) { c.Prefill = &PrefillConfig{CPUUtilisation: 0.5, Like: "service", Type: "cron"} }, `prefill: type "cron" is neither`},
+		{"prefill type", func(c *Config) {
+			c.Prefill = &PrefillConfig{CPUUtilisation: 0.5, Like: "service", JobShape: JobShape{Type: "cron"}}
+		}, `prefill: type "cron" is neither`},
 		{"prefill name", func(c *Config) {
 			c.Prefill = &PrefillConfig{CPUUtilisation: 0.5, Like: "prefill"}
 			c.Classes[1].Name = "prefill"

@@ -69,14 +69,8 @@ type PrefillConfig struct {
 	CPUUtilisation    float64 `yaml:"cpu_utilisation"`
 	MemoryUtilisation float64 `yaml:"memory_utilisation"`
 	Like              string  `yaml:"like"`
-	// Type is batch or service (default: Like's, or service).
-	Type            string `yaml:"type"`
-	Tasks           Dist   `yaml:"tasks"`
-	DurationSeconds Dist   `yaml:"duration_seconds"`
-	DurationPer     string `yaml:"duration_per"`
-	CPUCores        Dist   `yaml:"cpu_cores"`
-	MemoryGiB       Dist   `yaml:"memory_gib"`
-	Priority        Dist   `yaml:"priority"`
+	// JobShape's Type is batch or service (default: Like's, or service).
+	JobShape `yaml:",inline"`
 }
 
 // prefillName prefixes the prefill jobs' IDs; no class may take it.
@@ -117,7 +111,7 @@ func (p *PrefillConfig) validate(classes []ClassConfig, machines []Machine) erro
 // class is the class the prefill jobs are drawn as; p must name an
 // existing class if any.
 func (p *PrefillConfig) class(classes []ClassConfig) ClassConfig {
-	c := ClassConfig{Type: Service.String()}
+	c := ClassConfig{JobShape: JobShape{Type: Service.String()}}
 	for _, cl := range classes {
 		if cl.Name == p.Like && p.Like != "" {
 			c = cl

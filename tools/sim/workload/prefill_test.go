@@ -36,7 +36,7 @@ func TestPrefillLike(t *testing.T) {
 		t.Fatal("a prefill without one in the config")
 	}
 	without := generate(t, c)
-	c.Prefill = &PrefillConfig{CPUUtilisation: 0.6, MemoryUtilisation: 0.5, Like: "service", CPUCores: Dist{Dist: "fixed", Value: 2}}
+	c.Prefill = &PrefillConfig{CPUUtilisation: 0.6, MemoryUtilisation: 0.5, Like: "service", JobShape: JobShape{CPUCores: Dist{Dist: "fixed", Value: 2}}}
 	if !reflect.DeepEqual(generate(t, c), without) {
 		t.Fatal("a prefill changed the classes' jobs")
 	}
@@ -68,12 +68,12 @@ func TestPrefillLike(t *testing.T) {
 // Window and ScaleArrivals keep it, Compress divides its durations.
 func TestPrefillOwn(t *testing.T) {
 	c := testConfig()
-	c.Prefill = &PrefillConfig{CPUUtilisation: 0.5,
+	c.Prefill = &PrefillConfig{CPUUtilisation: 0.5, JobShape: JobShape{
 		Tasks:           Dist{Dist: "exponential", Mean: 10, Round: RoundCeil},
 		CPUCores:        Dist{Dist: "fixed", Value: 1},
 		MemoryGiB:       Dist{Dist: "fixed", Value: 2},
 		Priority:        Dist{Dist: "fixed", Value: 50},
-		DurationSeconds: Dist{Dist: "exponential", Mean: 1000}, DurationPer: DurationPerJob}
+		DurationSeconds: Dist{Dist: "exponential", Mean: 1000}, DurationPer: DurationPerJob}}
 	g, err := NewGenerator(c)
 	if err != nil {
 		t.Fatal(err)
