@@ -121,7 +121,6 @@ type Simulator struct {
 	snap   framework.Snapshot
 	scheds []*simScheduler
 	jobs   map[string]*jobState // by "<ns>/<name>"
-	order  []*jobState          // in submission order
 	// waiting are the waits of jobs whose tasks fit nowhere, in the
 	// order they began (as the cell's instances wake them); a task's end
 	// wakes those it makes room for. waits counts the waits begun.
@@ -171,6 +170,10 @@ type jobState struct {
 	first   time.Duration // first decision started (-1: none yet)
 	done    bool          // every task placed, or abandoned
 	placed  bool          // none of its tasks pending after a commit (its wait until placed recorded)
+	// ended counts its tasks that ran to their end; measured: it is one
+	// of the workload's jobs (not the prefill's), counted by Stats.
+	ended    int
+	measured bool
 }
 
 // New returns a simulator of cfg.
@@ -184,7 +187,13 @@ func New(cfg Config) (*Simulator, error) {
 		s.cpuTotal += m.CPU
 		s.capacity[clientlib.AllocKey(m.Name, "cpu")], s.capacity[clientlib.AllocKey(m.Name, "memory")] = m.CPU, m.Memory
 	}
-	s.store = memstore.New(func() time.Time { return epoch.Add(s.now) }, time.Minute)
+	// No watch follows the store (the view is fed by Observe), so it
+	// keeps one change set: memory goes with what runs, not what ran.
+	store, err := memstore.NewWithConfig(memstore.Config{Now: func() time.Time { return epoch.Add(s.now) }, DedupeWindow: time.Minute, Retention: 1})
+	if err != nil {
+		return nil, err
+	}
+	s.store = store
 	s.store.Observe(s.observe)
 	for i, sc := range cfg.Schedulers {
 		prof, modes, err := profiles.New(sc.Kind, rand.New(rand.NewPCG(cfg.Seed, uint64(i))))
@@ -311,7 +320,7 @@ func (s *Simulator) Run(ctx context.Context, jobs workload.Source) (*Stats, erro
 	if s.err != nil {
 		return nil, s.err
 	}
-	s.stats.finish(s.now, s.order)
+	s.stats.finish(s.now, s.jobs)
 	if s.now > 0 {
 		s.stats.CPUUtilisation = s.cpuTime / (float64(s.cpuTotal) * s.now.Seconds())
 	}
@@ -390,8 +399,8 @@ func (s *Simulator) submit(job workload.Job) error {
 	if err := s.createTasks(js); err != nil {
 		return fmt.Errorf("sim: submit job %s: %w", job.ID, err)
 	}
+	js.measured = true
 	s.jobs[js.key] = js
-	s.order = append(s.order, js)
 	s.stats.submitted(sched.index, len(job.Tasks))
 	s.enqueue(js)
 	return nil
@@ -591,7 +600,36 @@ func (s *Simulator) end(js *jobState, i int32) {
 	done.Metadata.Version = out.Groups[0].Revision
 	js.set(i, done)
 	s.bind(s.byName[m], js, i, -1)
+	if js.ended++; js.done && js.ended == len(js.tasks) {
+		s.retire(js)
+	}
 	s.wake(s.view.Machine(m))
+}
+
+// retire forgets job js, all of whose tasks ran to their end: its tasks
+// leave the store, as the cell's garbage collector removes them, and the
+// simulator keeps no state of it, so that a run's memory follows what
+// runs, not what has run.
+func (s *Simulator) retire(js *jobState) {
+	tx := clientlib.NewTxn(s.store)
+	g := tx.Group()
+	for _, t := range js.tasks {
+		key, err := clientlib.Tasks.Key(t)
+		if err != nil {
+			s.fail(err)
+			return
+		}
+		g.Delete(key)
+	}
+	out, err := tx.Commit(context.Background())
+	if err == nil {
+		err = out.Err()
+	}
+	if err != nil {
+		s.fail(fmt.Errorf("sim: retire job %s: %w", js.job.ID, err))
+		return
+	}
+	delete(s.jobs, js.key)
 }
 
 // wake queues again the waiting jobs that the free room of machine m

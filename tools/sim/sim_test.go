@@ -272,3 +272,29 @@ func TestFailuresValidate(t *testing.T) {
 		}
 	}
 }
+
+// A job all of whose tasks ran to their end is forgotten: its tasks leave
+// the store and the simulator keeps no state of it, so that a run's
+// memory follows what runs. At the end of a drained run (no horizon)
+// only jobs with tasks never placed are left, and the store holds their
+// tasks alone.
+func TestFinishedJobsAreForgotten(t *testing.T) {
+	st, s := runSim(t, testConfig(2, framework.Fine), testWorkload(1, 200))
+	unscheduled := 0
+	for _, sc := range st.Schedulers {
+		unscheduled += sc.UnscheduledJobs
+	}
+	if len(s.jobs) != unscheduled {
+		t.Errorf("%d jobs kept after the run, want the %d unscheduled", len(s.jobs), unscheduled)
+	}
+	tasks, _, err := clientlib.List(t.Context(), s.store, clientlib.Tasks, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		if js := s.jobs["sim/"+task.GetSpec().GetJob()]; js == nil || len(js.pending()) == 0 {
+			t.Errorf("task %s of a finished job left in the store", task.GetMetadata().GetName())
+		}
+	}
+	audit(t, s)
+}

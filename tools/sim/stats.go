@@ -184,10 +184,10 @@ func (st *Stats) preempted(i int) { st.Schedulers[i].PreemptedTasks++ }
 func (st *Stats) lost(i int) { st.Schedulers[i].LostTasks++ }
 
 // finish derives the summary figures at the end of a run at now.
-func (st *Stats) finish(now time.Duration, jobs []*jobState) {
+func (st *Stats) finish(now time.Duration, jobs map[string]*jobState) {
 	st.DurationSeconds = now.Seconds()
 	for _, js := range jobs {
-		if len(js.pending()) > 0 {
+		if js.measured && len(js.pending()) > 0 {
 			st.Schedulers[js.sched.index].UnscheduledJobs++
 		}
 	}
