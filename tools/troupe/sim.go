@@ -5,6 +5,7 @@ import (
 	"flag"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -31,6 +32,13 @@ func (a *app) simCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if os.Getenv("GOGC") == "" {
+				// A simulation's live heap is what runs, a few hundred MB
+				// for a 10,000-machine cell; collecting at 5x it rather
+				// than 2x takes 29% less CPU (2 h of the lightweight
+				// workload: 12.9 s -> 9.2 s, 259 -> 567 MB).
+				debug.SetGCPercent(400)
+			}
 			err := experiment.Command{Name: "troupe sim", Stdout: a.out, Stderr: a.errOut, CPUProfile: bench.StartCPUProfile,
 				Runners: map[string]experiment.CLIRunner{"store": {New: a.simStoreRunner, Exclusive: true}}}.Run(ctx, args)
 			if errors.Is(err, flag.ErrHelp) {
