@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/troupe-cluster/troupe/schedulers/framework"
+	"github.com/troupe-cluster/troupe/schedulers/scheduler"
 )
 
 // tableMetrics are the report's table columns, with their headers.
@@ -107,23 +108,33 @@ func (res *Results) setup() [][2]string {
 		}
 		series = strings.Join(names, ", ") + " (each for every role)"
 	}
-	return [][2]string{
+	pol := p.policy()
+	policy := [][2]string{
+		{"decisions retried at once after conflicts", fmt.Sprint(pol.MaxAttempts)},
+		{"decisions per job before it is abandoned", fmt.Sprint(pol.AbandonAfter)},
+		{"back-off of a job that fits nowhere", pol.Backoff.String()},
+		{"longest back-off of a job that fits nowhere", pol.MaxBackoff.String()},
+	}
+	if p.Policy == scheduler.GooglePolicyName {
+		policy = [][2]string{{"policy", "google (Google's lightweight simulator's: an unfinished job back at the end of the queue after 1s; " +
+			"abandoned after more than 100 decisions with nothing placed, or 1,000 in all)"}}
+	}
+	rows := [][2]string{
 		{"workload", res.Workload},
 		{"cell", res.Cell},
 		{"batch schedulers", schedulersText(p.Batch, p.BatchProfile, p.BatchDecision)},
 		{"service schedulers", schedulersText(p.Service, p.ServiceProfile, p.ServiceDecision)},
 		{"commit modes", modes},
 		{"batch arrival rate", fmt.Sprintf("× %s", formatFloat(p.BatchRate))},
-		{"decisions retried at once after conflicts", fmt.Sprint(p.MaxAttempts)},
-		{"decisions per job before it is abandoned", fmt.Sprint(p.AbandonAfter)},
-		{"back-off of a job that fits nowhere", p.Backoff.String()},
-		{"longest back-off of a job that fits nowhere", p.policy().MaxBackoff.String()},
+	}
+	rows = append(rows, policy...)
+	return append(rows, [][2]string{
 		{"horizon", horizon},
 		{"swept: " + res.XLabel, joinFloats(res.XS) + " (in place of the value above)"},
 		{"series", series},
 		{"seeds", joinSeeds(res.Seeds) + " (the schedulers' random choices; a synthetic workload's seed + seed - 1)"},
 		{"runners", strings.Join(res.Runners, ", ")},
-	}
+	}...)
 }
 
 // compare writes the second runner's summary beside the first's.
