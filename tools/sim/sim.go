@@ -74,6 +74,10 @@ type Config struct {
 	Seed    uint64
 	// Failures, if set, makes machines fail and return.
 	Failures *Failures
+	// Progress, if set, is called every progressEvery events with the
+	// virtual time reached and the events run so far (a run's progress
+	// for a person watching; it changes nothing in the run).
+	Progress func(virtual time.Duration, events uint64)
 	// Observe, if set, is called after each decision's commit with its
 	// virtual time, the scheduler's name and the decision, as the cell's
 	// instances report theirs (scheduler.Config.Observe).
@@ -302,9 +306,12 @@ func (s *Simulator) Run(ctx context.Context, jobs workload.Source) (*Stats, erro
 	if err == nil {
 		s.at(next.Submit, func() { s.arrive(next, jobs) })
 	}
-	for n := 0; s.events.Len() > s.backgrounded && s.err == nil; n++ {
+	for n := uint64(0); s.events.Len() > s.backgrounded && s.err == nil; n++ {
 		if n%4096 == 0 && ctx.Err() != nil {
 			return nil, fmt.Errorf("sim: stopped at %v of virtual time: %w", s.now, ctx.Err())
+		}
+		if n%progressEvery == 0 && s.cfg.Progress != nil {
+			s.cfg.Progress(s.now, n)
 		}
 		ev := heap.Pop(&s.events).(*event)
 		if ev.background {
@@ -326,6 +333,10 @@ func (s *Simulator) Run(ctx context.Context, jobs workload.Source) (*Stats, erro
 	}
 	return s.stats, nil
 }
+
+// progressEvery is how many events run between two calls of
+// Config.Progress.
+const progressEvery = 1 << 16
 
 // integrate accounts the CPU allocated until t.
 func (s *Simulator) integrate(t time.Duration) {

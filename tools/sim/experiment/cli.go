@@ -55,7 +55,7 @@ type commonFlags struct {
 	workload      WorkloadFlags
 	params        Params
 	conflict, txn string
-	drain         bool
+	drain, quiet  bool
 	seed          uint64
 	cpuprofile    string
 }
@@ -89,6 +89,7 @@ func (c Command) flagSet(name string, usage func(*flag.FlagSet)) (*flag.FlagSet,
 	fs.DurationVar(&p.MaxBackoff, "max-backoff", p.MaxBackoff, "the longest such wait, doubling from -backoff (0: the cell's default, a minute)")
 	fs.DurationVar(&p.Horizon, "horizon", 0, "end each run after this much of the workload's time (default: when its submissions end, if known)")
 	fs.BoolVar(&f.drain, "drain", false, "run until every task has ended, past the horizon")
+	fs.BoolVar(&f.quiet, "quiet", false, "no progress on stderr: no line per finished run of a sweep, and no progress line (there is one only when stderr is a terminal)")
 	fs.DurationVar(&p.MTBF, "mtbf", 0, "machines fail after this mean time up (0: never) ...")
 	fs.DurationVar(&p.Repair, "repair", time.Hour, "... and return after this mean repair time")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the schedulers' random choices (and of a synthetic workload: its config's seed + seed - 1)")
@@ -96,6 +97,14 @@ func (c Command) flagSet(name string, usage func(*flag.FlagSet)) (*flag.FlagSet,
 		fs.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile to this file")
 	}
 	return fs, f
+}
+
+// status is the progress line on w, unless -quiet or w is no terminal.
+func (f *commonFlags) status(w io.Writer) *status {
+	if f.quiet || !isTerminal(w) {
+		return nil
+	}
+	return newStatus(w, time.Now, 500*time.Millisecond)
 }
 
 // resolve opens the workload and completes the parameters.
@@ -170,7 +179,12 @@ func (c Command) Run(ctx context.Context, args []string) error {
 	defer stop()
 	run := Run{Seed: f.seed}
 	start := time.Now()
-	if err := (&Experiment{Workload: w}).run(ctx, InMemory, Point{Params: p}, &run); err != nil {
+	e := &Experiment{Workload: w, status: f.status(c.Stderr)}
+	err = e.run(ctx, InMemory, Point{Params: p}, &run, 0)
+	if e.status != nil {
+		e.status.finish(0, "")
+	}
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(c.Stderr, "%s: %v of virtual time in %v\n", c.Name, seconds(run.Stats.DurationSeconds),
@@ -234,7 +248,10 @@ func (c Command) sweep(ctx context.Context, args []string) error {
 		return fmt.Errorf("sweep: -parallel %d: at least 1", *parallel)
 	}
 	e := &Experiment{Sweep: sw, Parallel: *parallel, Progress: c.Stderr, Provenance: provenance(),
-		Command: c.Name + " sweep " + shellQuote(args)}
+		Command: c.Name + " sweep " + shellQuote(args), status: f.status(c.Stderr)}
+	if f.quiet {
+		e.Progress = nil
+	}
 	if *xs != "" {
 		if e.XS, err = parseFloats(*xs); err != nil {
 			return fmt.Errorf("sweep: -x: %w", err)

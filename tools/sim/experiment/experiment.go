@@ -209,6 +209,8 @@ type Experiment struct {
 	Command, Provenance string
 	// Progress, if set, gets a line per finished run.
 	Progress io.Writer
+	// status, if set (a terminal), shows the runs in flight.
+	status *status
 }
 
 // Run runs every point of the sweep with every runner and seed.
@@ -279,16 +281,22 @@ func (e *Experiment) runAll(ctx context.Context, res *Results) error {
 				}
 				lock()
 				start := time.Now()
-				err := e.run(ctx, r.Run, p, run)
+				err := e.run(ctx, r.Run, p, run, i)
 				run.Wall = time.Since(start)
 				unlock()
 				mu.Lock()
 				done++
+				line := ""
 				if err != nil {
 					cancel(fmt.Errorf("experiment: %s, %s, seed %d (%s): %w", p, run.Runner, run.Seed, e.Sweep.Name, err))
 				} else if e.Progress != nil {
-					fmt.Fprintf(e.Progress, "%s: %d/%d runs (%s, %s, seed %d: %v of virtual time in %v)\n", e.Sweep.Name, done, len(res.Runs),
+					line = fmt.Sprintf("%s: %d/%d runs (%s, %s, seed %d: %v of virtual time in %v)", e.Sweep.Name, done, len(res.Runs),
 						p, run.Runner, run.Seed, seconds(run.Stats.DurationSeconds).Round(time.Second), run.Wall.Round(time.Millisecond))
+				}
+				if e.status != nil {
+					e.status.finish(i, line)
+				} else if line != "" {
+					fmt.Fprintln(e.Progress, line)
 				}
 				mu.Unlock()
 			}
@@ -305,8 +313,8 @@ func (e *Experiment) runAll(ctx context.Context, res *Results) error {
 	return context.Cause(ctx)
 }
 
-// run runs one point with one seed.
-func (e *Experiment) run(ctx context.Context, runner Runner, p Point, run *Run) error {
+// run runs one point with one seed, run id of the experiment's.
+func (e *Experiment) run(ctx context.Context, runner Runner, p Point, run *Run, id int) error {
 	src, err := e.Workload.Source(run.Seed)
 	if err != nil {
 		return err
@@ -319,6 +327,13 @@ func (e *Experiment) run(ctx context.Context, runner Runner, p Point, run *Run) 
 	cfg, err := p.Params.Config(e.Workload.Cell, run.Seed)
 	if err != nil {
 		return err
+	}
+	if e.status != nil {
+		label := "virtual time" // a single run
+		if e.Sweep.Name != "" {
+			label = fmt.Sprintf("%s seed %d:", p, run.Seed)
+		}
+		cfg.Progress = e.status.start(id, label, cfg.Horizon)
 	}
 	if run.Stats, err = runner(ctx, cfg, src); err != nil {
 		return err
