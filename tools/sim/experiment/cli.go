@@ -187,7 +187,7 @@ func (c Command) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(c.Stderr, "%s: %v of virtual time in %v\n", c.Name, seconds(run.Stats.DurationSeconds),
+	fmt.Fprintf(c.Stderr, "%s: %v of virtual time in %v\n", c.Name, seconds(run.Stats.DurationSeconds).Round(time.Millisecond),
 		time.Since(start).Round(time.Millisecond))
 	enc := json.NewEncoder(c.Stdout)
 	enc.SetIndent("", "  ")
