@@ -351,20 +351,38 @@ func provenance() string {
 func (c Command) redraw(args []string) error {
 	fs := flag.NewFlagSet(c.Name+" redraw", flag.ContinueOnError)
 	fs.SetOutput(c.Stderr)
-	in := fs.String("in", "", "directory of a sweep's results (its results.json)")
-	out := fs.String("out", "", "directory to write into (default: -in)")
+	in := fs.String("in", "", "directory of a sweep's results (its results.json); comma-separated, the same sweep run several ways, drawn together (-series)")
+	names := fs.String("series", "", "with several -in directories: the name of each one's series, comma-separated")
+	out := fs.String("out", "", "directory to write into (default: -in, which must then be one)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *in == "" || fs.NArg() > 0 {
+	dirs := strings.Split(*in, ",")
+	switch {
+	case *in == "" || fs.NArg() > 0:
 		return fmt.Errorf("%s redraw: want -in DIR [-out DIR], got %q", c.Name, args)
+	case len(dirs) > 1 && (*out == "" || len(strings.Split(*names, ",")) != len(dirs)):
+		return fmt.Errorf("%s redraw: %d -in directories need -out and as many -series names", c.Name, len(dirs))
+	case len(dirs) == 1 && *names != "":
+		return fmt.Errorf("%s redraw: -series is for several -in directories", c.Name)
 	}
 	if *out == "" {
 		*out = *in
 	}
-	res, err := Load(*in)
-	if err != nil {
-		return err
+	var all []*Results
+	for _, dir := range dirs {
+		r, err := Load(dir)
+		if err != nil {
+			return err
+		}
+		all = append(all, r)
+	}
+	res := all[0]
+	if len(all) > 1 {
+		var err error
+		if res, err = Merge(all, strings.Split(*names, ",")); err != nil {
+			return err
+		}
 	}
 	if err := res.Redraw(*out); err != nil {
 		return err

@@ -3,6 +3,7 @@ package experiment
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -186,6 +187,41 @@ func (r *Run) roles(cfg sim.Config) {
 }
 
 // summarise sets res.Summary from res.Runs.
+// Merge returns the results of one sweep run several ways (other
+// parameters, other policies) as one, each way a series named by names,
+// so that their lines share the plots: the points of results[i] are
+// series names[i] (before their own series, if any). The sweeps must be
+// the same sweep over the same values with the same runners; base and
+// workload are the first's, and the commands are joined.
+func Merge(results []*Results, names []string) (*Results, error) {
+	if len(results) == 0 || len(results) != len(names) {
+		return nil, fmt.Errorf("experiment: merge %d results as %d series", len(results), len(names))
+	}
+	first := results[0]
+	m := *first
+	m.Points, m.Runs, m.Summary = nil, nil, nil
+	var commands []string
+	for i, r := range results {
+		if r.Sweep != first.Sweep || !slices.Equal(r.XS, first.XS) || !slices.Equal(r.Runners, first.Runners) {
+			return nil, fmt.Errorf("experiment: merge: %s over %v by %v is not %s over %v by %v",
+				r.Sweep, r.XS, r.Runners, first.Sweep, first.XS, first.Runners)
+		}
+		offset := len(m.Points)
+		for _, p := range r.Points {
+			p.Series = strings.TrimSpace(names[i] + " " + p.Series)
+			m.Points = append(m.Points, p)
+		}
+		for _, run := range r.Runs {
+			run.Point += offset
+			m.Runs = append(m.Runs, run)
+		}
+		commands = append(commands, names[i]+": "+r.Command)
+	}
+	m.Command = strings.Join(commands, "\n")
+	m.summarise()
+	return &m, nil
+}
+
 func (res *Results) summarise() {
 	res.Summary = nil
 	type key struct {
