@@ -218,6 +218,8 @@ func Merge(results []*Results, names []string) (*Results, error) {
 		commands = append(commands, names[i]+": "+r.Command)
 	}
 	m.Command = strings.Join(commands, "\n")
+	m.Doc = fmt.Sprintf("%s Drawn together here: %s; the setup below is the first's, each series' own is in its command.",
+		first.Doc, strings.Join(names, ", "))
 	m.summarise()
 	return &m, nil
 }
