@@ -26,6 +26,10 @@ type PrefillStats struct {
 	MemoryUtilisation float64 `json:"memory_allocated_fraction"`
 	TargetCPU         float64 `json:"target_cpu_fraction"`
 	TargetMemory      float64 `json:"target_memory_fraction"`
+	// NotPlaced counts the tasks of a list (a prefill without targets,
+	// such as a trace's tasks running at its window's start) that fitted
+	// nowhere: they are left out.
+	NotPlaced int `json:"tasks_not_placed,omitempty"`
 }
 
 // Prefilled returns what the workload's prefill put in the cell (zero
@@ -59,10 +63,14 @@ const (
 // the prefill stops before the first task that would take the cell's
 // allocated CPU (or memory) past its target, so it ends within one
 // task's requests below the target, or earlier when p.Jobs ends or
-// prefillMisses jobs in a row place nothing. Distinct machines and label
-// selectors hold. Each job's tasks are created pending and bound with
-// framework.CommitPlan (fine-grained, incremental), as a scheduler
-// commits, so the cell's counters, its view and the simulator's
+// prefillMisses jobs in a row place nothing. A prefill without targets
+// is a list (a trace's tasks running at its window's start, with what
+// remains of their runs): every task of every job of p.Jobs is placed,
+// as far as it fits, until p.Jobs ends; a task that fits nowhere is left
+// out (NotPlaced) and the job's next tasks are tried. Distinct machines
+// and label selectors hold. Each job's tasks are created pending and
+// bound with framework.CommitPlan (fine-grained, incremental), as a
+// scheduler commits, so the cell's counters, its view and the simulator's
 // bookkeeping (preemption, failures, task ends) are as after any
 // placement; the bindings name the scheduler "prefill". After time 0 a
 // prefill job is like any other of its type: a task preempted or lost
@@ -73,9 +81,10 @@ func (s *Simulator) prefill(ctx context.Context, p *workload.Prefill) error {
 	if p == nil {
 		return nil
 	}
-	if !(p.CPU >= 0 && p.CPU <= 1 && p.Memory >= 0 && p.Memory <= 1) || p.CPU+p.Memory == 0 || p.Jobs == nil {
-		return fmt.Errorf("sim: prefill: targets cpu %v, memory %v: fractions in [0, 1], one positive, and jobs needed", p.CPU, p.Memory)
+	if !(p.CPU >= 0 && p.CPU <= 1 && p.Memory >= 0 && p.Memory <= 1) || p.Jobs == nil {
+		return fmt.Errorf("sim: prefill: targets cpu %v, memory %v: fractions in [0, 1] (both 0: a list), and jobs needed", p.CPU, p.Memory)
 	}
+	list := p.CPU == 0 && p.Memory == 0 // every job, as far as it fits
 	machines := s.cfg.Machines
 	freeCPU, freeMem := make([]int64, len(machines)), make([]int64, len(machines))
 	pool := make([]int, len(machines)) // machine indexes, in the order of the draw
@@ -94,7 +103,7 @@ func (s *Simulator) prefill(ctx context.Context, p *workload.Prefill) error {
 	var cpu, mem int64
 	rng := rand.New(rand.NewPCG(s.cfg.Seed, prefillStream))
 	st := PrefillStats{TargetCPU: p.CPU, TargetMemory: p.Memory}
-	for full, misses := false, 0; !full && misses < prefillMisses; {
+	for full, misses := false, 0; !full && (list || misses < prefillMisses); {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("sim: prefill: %w", err)
 		}
@@ -106,17 +115,28 @@ func (s *Simulator) prefill(ctx context.Context, p *workload.Prefill) error {
 			return fmt.Errorf("sim: prefill: %w", err)
 		}
 		on := make([]int, 0, len(job.Tasks)) // the machine of each task placed
+		kept := make([]workload.Task, 0, len(job.Tasks))
 		remaining := len(pool)
-		for _, t := range job.Tasks {
+		// A list's jobs may mix task shapes (a trace's do): a task of
+		// another shape draws from the whole cell again, but for the
+		// machines the job uses if they must be distinct.
+		var used map[int]bool
+		if list && job.DistinctMachines {
+			used = map[int]bool{}
+		}
+		for i, t := range job.Tasks {
 			if cpu+t.CPU > cpuLimit || mem+t.Memory > memLimit {
 				full = true
 				break
+			}
+			if list && i > 0 && (t.CPU != job.Tasks[i-1].CPU || t.Memory != job.Tasks[i-1].Memory) {
+				remaining = len(pool)
 			}
 			m := -1
 			for remaining > 0 {
 				k := rng.IntN(remaining)
 				c := pool[k]
-				fits := freeCPU[c] >= t.CPU && freeMem[c] >= t.Memory && matches(machines[c].Labels, job.MatchLabels)
+				fits := freeCPU[c] >= t.CPU && freeMem[c] >= t.Memory && matches(machines[c].Labels, job.MatchLabels) && !used[c]
 				if fits && !job.DistinctMachines {
 					m = c
 					break
@@ -129,6 +149,10 @@ func (s *Simulator) prefill(ctx context.Context, p *workload.Prefill) error {
 					break
 				}
 			}
+			if m < 0 && list {
+				st.NotPlaced++
+				continue // fits nowhere: left out, the job's other tasks tried
+			}
 			if m < 0 {
 				break // fits nowhere: the job keeps the tasks placed
 			}
@@ -137,13 +161,17 @@ func (s *Simulator) prefill(ctx context.Context, p *workload.Prefill) error {
 			cpu += t.CPU
 			mem += t.Memory
 			on = append(on, m)
+			kept = append(kept, t)
+			if used != nil {
+				used[m] = true
+			}
 		}
 		if len(on) == 0 {
 			misses++
 			continue
 		}
 		misses = 0
-		job.Tasks = job.Tasks[:len(on)] // the source's slice, not changed
+		job.Tasks = kept // the source's slice, not changed
 		if err := s.prefillJob(job, on); err != nil {
 			return err
 		}

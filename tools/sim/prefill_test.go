@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"reflect"
 	"testing"
@@ -277,5 +278,94 @@ func TestPrefillPreempted(t *testing.T) {
 	}
 	if _, err := s2.Run(t.Context(), workload.WithPrefill(workload.FromJobs(nil), &workload.Prefill{CPU: 0.5, Jobs: jobs})); err == nil {
 		t.Error("a batch prefill without a batch scheduler ran")
+	}
+}
+
+// TestPrefillTraceWindow is a known answer: a trace's window starts with
+// the tasks running at its start placed at 0 (a list, no targets), each
+// ending when what remained of its run is over, the clock at 0 the
+// window's start. Four tasks of a core: 50 s left, until the end (two),
+// 60 s left; no job arrives, so the run ends at 60 s with the cell's
+// CPU allocated (50 + 3×60) core-seconds of 4 cores × 4 machines × 60 s.
+func TestPrefillTraceWindow(t *testing.T) {
+	task := func(i int32, d time.Duration) workload.Task {
+		return workload.Task{Index: i, CPU: 1000, Memory: 1 << 30, Duration: d}
+	}
+	tr := &workload.Trace{Running: []workload.Job{
+		{ID: "1", Type: workload.Service, Priority: 100, Tasks: []workload.Task{task(0, 50*time.Second), task(1, 0)}},
+		{ID: "3", Type: workload.Batch, Priority: 10, Tasks: []workload.Task{task(1, 0)}},
+		{ID: "7", Type: workload.Batch, Priority: 10, Tasks: []workload.Task{task(0, 60*time.Second)}},
+	}}
+	s, err := New(prefillCell(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Run(t.Context(), tr.Source())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := s.Prefilled(), (PrefillStats{Jobs: 3, Tasks: 4, CPUUtilisation: 0.25, MemoryUtilisation: 4.0 / 64}); got != want {
+		t.Errorf("prefilled %+v, want %+v", got, want)
+	}
+	if st.DurationSeconds != 60 {
+		t.Errorf("run ended at %v s, want 60 (the last task's end)", st.DurationSeconds)
+	}
+	if want := (50.0 + 3*60) / (16 * 60); math.Abs(st.CPUUtilisation-want) > 1e-12 {
+		t.Errorf("CPU allocated %v of the cell over the run, want %v", st.CPUUtilisation, want)
+	}
+	cpu, _ := allocated(s, "cpu")
+	if cpu != 2000 {
+		t.Errorf("%d millicores allocated at the end, want the two tasks running until the end", cpu)
+	}
+	for _, sc := range st.Schedulers {
+		if sc.Jobs+sc.Decisions != 0 {
+			t.Errorf("%s: %+v: the window's running tasks count in its measures", sc.Name, sc)
+		}
+	}
+	audit(t, s)
+}
+
+// TestPrefillList: a list's tasks are each placed if they fit, a job's
+// tasks of another shape are tried on the whole cell, distinct machines
+// hold, and the tasks that fit nowhere are counted. Two machines of 4
+// cores: job a's tasks of 3, 3, 3, 1, 1 cores place all but the third;
+// job b (1 core) finds the cell full. Then three machines: job d's
+// distinct tasks of 2, 1, 1, 1 cores place three, one a machine.
+func TestPrefillList(t *testing.T) {
+	tasks := func(cores ...int64) []workload.Task {
+		var ts []workload.Task
+		for i, c := range cores {
+			ts = append(ts, workload.Task{Index: int32(i), CPU: c * 1000, Memory: 1 << 30})
+		}
+		return ts
+	}
+	run := func(machines int, jobs ...workload.Job) (PrefillStats, []int64, *Simulator) {
+		_, s := prefillRun(t, prefillCell(machines), &workload.Prefill{Jobs: workload.FromJobs(jobs)}, nil)
+		_, per := allocated(s, "cpu")
+		audit(t, s)
+		return s.Prefilled(), per, s
+	}
+	got, per, _ := run(2, workload.Job{ID: "a", Type: workload.Service, Priority: 100, Tasks: tasks(3, 3, 3, 1, 1)},
+		workload.Job{ID: "b", Type: workload.Service, Priority: 100, Tasks: tasks(1)})
+	if got.Tasks != 4 || got.Jobs != 1 || got.NotPlaced != 2 || per[0] != 4000 || per[1] != 4000 {
+		t.Errorf("prefilled %+v, cores per machine %v: want a's 4 tasks placed, 2 left out, the cell full", got, per)
+	}
+	got, per, s := run(3, workload.Job{ID: "d", Type: workload.Batch, Priority: 10, DistinctMachines: true, Tasks: tasks(2, 1, 1, 1)})
+	if got.Tasks != 3 || got.NotPlaced != 1 || sum(per) != 4000 {
+		t.Errorf("prefilled %+v, cores per machine %v: want 3 distinct tasks, 1 left out", got, per)
+	}
+	for _, m := range s.machines {
+		if len(m.tasks) > 1 {
+			t.Errorf("machine %s holds %d tasks of a distinct job", m.name, len(m.tasks))
+		}
+	}
+	// A list is read to its end, however many of its jobs fit nowhere.
+	var many []workload.Job
+	for i := range 2 * prefillMisses {
+		many = append(many, workload.Job{ID: fmt.Sprintf("big-%d", i), Type: workload.Batch, Tasks: tasks(8)})
+	}
+	many = append(many, workload.Job{ID: "small", Type: workload.Batch, Tasks: tasks(1)})
+	if got, _, _ := run(2, many...); got.Tasks != 1 || got.NotPlaced != 2*prefillMisses {
+		t.Errorf("prefilled %+v: want the last job's task placed after %d that fit nowhere", got, 2*prefillMisses)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/troupe-cluster/troupe/schedulers/scheduler"
+	"github.com/troupe-cluster/troupe/tools/sim/workload"
 )
 
 // Windows of busyness: the Omega paper's figure is the median of
@@ -27,7 +28,11 @@ type Stats struct {
 	Failures int `json:"machine_failures"`
 	// Prefill is what the workload's prefill put in the cell at time 0,
 	// outside every scheduler's measures (nil: no prefill).
-	Prefill    *PrefillStats    `json:"prefill,omitempty"`
+	Prefill *PrefillStats `json:"prefill,omitempty"`
+	// Workload is what a trace's reader read: its window, the jobs and
+	// tasks replayed and those running at its start, the events skipped
+	// and why (nil: a synthetic workload).
+	Workload   *workload.Report `json:"workload,omitempty"`
 	Schedulers []SchedulerStats `json:"schedulers"`
 }
 

@@ -145,7 +145,10 @@ func (f *commonFlags) resolve() (*Workload, Params, error) {
 	case p.Horizon == 0:
 		p.Horizon = w.Span
 	}
-	return w, p, p.Validate()
+	if err := p.Validate(); err != nil {
+		return nil, p, err
+	}
+	return w, p, w.Check(p)
 }
 
 // Run runs the command with args (those after the command's name).

@@ -338,6 +338,7 @@ func (e *Experiment) run(ctx context.Context, runner Runner, p Point, run *Run, 
 	if run.Stats, err = runner(ctx, cfg, src); err != nil {
 		return err
 	}
+	run.Stats.Workload = workload.ReportOf(src)
 	run.roles(cfg)
 	return nil
 }

@@ -359,6 +359,7 @@ func TestBadArguments(t *testing.T) {
 		{[]string{"sweep", "tjob-sweep", "-config", "testdata/small.yaml", "-csv", "x.csv", "-out", dir}, "at most one of"},
 		{[]string{"-config", "testdata/small.yaml", "extra"}, "unexpected arguments"},
 		{[]string{"-txn", "some"}, `-txn: unknown transaction mode "some" (incremental, gang, atomic`},
+		{[]string{"-config", "testdata/small.yaml", "-service", "0"}, "-service 0: no scheduler would serve the workload's service jobs"},
 		{[]string{"-config", "testdata/small.yaml", "-policy", "nomad"}, `unknown policy "nomad" (default, google)`},
 		{[]string{"-config", "testdata/small.yaml", "-policy", "google", "-max-attempts", "3", "-backoff", "2s"}, "-backoff, -max-attempts: not with -policy google"},
 		{[]string{"-config", "testdata/small.yaml", "-from", "1h"}, "past the workload's end"},

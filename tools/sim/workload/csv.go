@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"bytes"
 	"compress/gzip"
 	"encoding/csv"
 	"errors"
@@ -8,10 +9,13 @@ import (
 	"io"
 	"maps"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // The generic CSV format's columns (see the package comment).
@@ -48,6 +52,10 @@ type CSVReader struct {
 	indices map[int32]int // the current job's task indices → their lines
 	last    time.Duration
 	err     error // final
+	// rows, jobs and tasks read (the rows of the jobs handed out), and
+	// the first and last of those jobs' submit times.
+	rows, jobs, tasks int
+	first, lastJob    time.Duration
 }
 
 var _ Source = (*CSVReader)(nil)
@@ -125,8 +133,85 @@ func (r *CSVReader) Next() (Job, error) {
 	j, err := r.next()
 	if err != nil {
 		r.err = err
+		return j, err
 	}
-	return j, err
+	if r.jobs == 0 {
+		r.first = j.Submit
+	}
+	r.lastJob = j.Submit
+	r.jobs++
+	r.tasks += len(j.Tasks)
+	r.rows += len(j.Tasks)
+	return j, nil
+}
+
+// Report says what has been handed out so far: rows (events), the first
+// and last submit times, jobs and tasks, all in the window [0, end).
+func (r *CSVReader) Report() *Report {
+	return &Report{Trace: "CSV trace " + r.file, Events: r.rows, First: r.first, Last: r.lastJob, InWindow: r.rows,
+		Jobs: r.jobs, Tasks: r.tasks}
+}
+
+// ReadCSV reads a generic CSV trace whole and keeps the jobs submitted
+// in the window [from, to) (to 0: to the end), moved to start at 0. A
+// CSV trace does not say when its tasks ran, so its window starts empty:
+// the jobs submitted before it are left out (the Report counts them).
+// A window that starts after the last submission, or in which no job is
+// submitted, is an error (ErrWindow).
+func ReadCSV(path string, from, to time.Duration) (*Trace, error) {
+	if from < 0 || to < 0 || (to > 0 && to <= from) {
+		return nil, fmt.Errorf("window from %v to %v: need 0 <= from < to (or to 0, the end)", from, to)
+	}
+	r, err := OpenCSV(path)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	t := &Trace{}
+	skipped := map[string]Skip{}
+	for {
+		j, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		reason := ""
+		switch {
+		case j.Submit < from:
+			reason = SkipBefore
+		case to > 0 && j.Submit >= to:
+			reason = SkipAfter
+		default:
+			j.Submit -= from
+			t.Jobs = append(t.Jobs, j)
+			t.Report.Tasks += len(j.Tasks)
+			continue
+		}
+		s := skipped[reason]
+		s.Events += len(j.Tasks) // a row per task
+		s.Tasks += len(j.Tasks)
+		skipped[reason] = s
+	}
+	rep := r.Report()
+	switch {
+	case rep.Events == 0:
+		return nil, fmt.Errorf("%s: no rows after the header", path)
+	case from > rep.Last:
+		return nil, fmt.Errorf("%s: %w: it starts at %v, after the last submission, at %v", path, ErrWindow, from, rep.Last)
+	case len(t.Jobs) == 0:
+		end := "the end"
+		if to > 0 {
+			end = to.String()
+		}
+		return nil, fmt.Errorf("%s: %w: no job is submitted in [%v, %s) (submissions from %v to %v)", path, ErrWindow, from, end, rep.First, rep.Last)
+	}
+	rep.From, rep.To, rep.Jobs, rep.InWindow = from, to, len(t.Jobs), t.Report.Tasks
+	rep.Tasks = t.Report.Tasks
+	rep.Skipped = skips([]string{SkipBefore, SkipAfter}, skipped)
+	t.Report = *rep
+	return t, nil
 }
 
 func (r *CSVReader) next() (Job, error) {
@@ -224,6 +309,9 @@ func (r *CSVReader) row() (*csvRow, error) {
 	if j.ID = field(colJob); j.ID == "" {
 		return nil, r.errorf(line, colJob, "empty")
 	}
+	if err := checkJobID(j.ID); err != nil {
+		return nil, r.errorf(line, colJob, "%w", err)
+	}
 	submit, err := amount(colSubmit, 1e9)
 	if err != nil {
 		return nil, err
@@ -257,6 +345,9 @@ func (r *CSVReader) row() (*csvRow, error) {
 	if err != nil {
 		return nil, r.errorf(line, colPriority, "%q is not a 32-bit integer", field(colPriority))
 	}
+	if priority < 0 || priority > MaxPriority {
+		return nil, r.errorf(line, colPriority, "%d is not in [0, %d] (Troupe's scale, a job's spec.priority)", priority, MaxPriority)
+	}
 	j.Priority = int32(priority)
 	if j.Type, err = ParseType(field(colType)); err != nil {
 		return nil, r.errorf(line, colType, "%w", err)
@@ -277,7 +368,8 @@ func (r *CSVReader) errorf(line, col int, format string, args ...any) error {
 	return &RowError{File: r.file, Line: line, Column: r.at[col] + 1, Name: csvColumns[col], Err: fmt.Errorf(format, args...)}
 }
 
-// parseLabels reads "k=v;k=v"; "" is no labels.
+// parseLabels reads "k=v;k=v"; "" is no labels. Keys and values follow
+// the cell's label rules (checkLabel).
 func parseLabels(s string) (map[string]string, error) {
 	if s == "" {
 		return nil, nil
@@ -291,9 +383,88 @@ func parseLabels(s string) (map[string]string, error) {
 		if _, dup := labels[k]; dup {
 			return nil, fmt.Errorf("label %q is set twice", k)
 		}
-		labels[k] = strings.TrimSpace(v)
+		v = strings.TrimSpace(v)
+		if err := checkLabel(k, v); err != nil {
+			return nil, err
+		}
+		labels[k] = v
 	}
 	return labels, nil
+}
+
+// The cell's rules for names (clientlib's validation, which every object
+// the simulator writes goes through): a job's ID is part of its tasks'
+// names, <job>-<index>, which are DNS subdomains of at most 253
+// characters; label keys are [prefix/]name and values at most 63
+// characters of letters, digits, '-', '_' and '.'.
+var (
+	dnsSubdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+	labelName    = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`)
+)
+
+// MaxJobID is the longest job ID a trace may give: its tasks' names
+// (<job>-<index>, and <job>.<k>-<index> for the store runner's jobs of
+// one request shape each) stay within an object name's 253 characters.
+const MaxJobID = 200
+
+// MaxPriority is the highest priority on Troupe's scale (a Job's
+// spec.priority is in [0, 1000]).
+const MaxPriority = 1000
+
+// checkJobID checks a job ID against the cell's rules for names.
+func checkJobID(id string) error {
+	if len(id) > MaxJobID || !dnsSubdomain.MatchString(id) {
+		return fmt.Errorf("job ID %q: must be 1-%d lowercase letters, digits, '-' and '.', each '.'-separated part starting and ending with a letter or digit (a DNS subdomain, as its tasks' names <job>-<index> are)", id, MaxJobID)
+	}
+	return nil
+}
+
+// checkLabel checks a label selector's key and value.
+func checkLabel(k, v string) error {
+	name := k
+	if prefix, rest, ok := strings.Cut(k, "/"); ok {
+		if name = rest; len(prefix) > 253 || !dnsSubdomain.MatchString(prefix) {
+			return fmt.Errorf("label %q: its prefix must be a DNS subdomain", k)
+		}
+	}
+	if len(name) > 63 || !labelName.MatchString(name) {
+		return fmt.Errorf("label %q: its name must be 1-63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit", k)
+	}
+	if v != "" && (len(v) > 63 || !labelName.MatchString(v)) {
+		return fmt.Errorf("label %s=%s: the value must be at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit", k, v)
+	}
+	return nil
+}
+
+// LoadCell reads the cell a trace is replayed on from a YAML (or JSON)
+// file's cell: section, as a synthetic config gives it (shapes with
+// counts, CPU, memory and labels; zones): a file of its own, or a
+// synthetic config whose cell is wanted (its other sections are not
+// read). Unknown fields in the section are errors.
+func LoadCell(path string) (CellConfig, error) {
+	var f struct {
+		Cell *CellConfig          `yaml:"cell"`
+		Rest map[string]yaml.Node `yaml:",inline"`
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return CellConfig{}, err
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = errors.New("empty file")
+		}
+		return CellConfig{}, fmt.Errorf("%s: %w", path, err)
+	}
+	if f.Cell == nil {
+		return CellConfig{}, fmt.Errorf("%s: no cell: section (cell: {shapes: [{name, count, cpu_cores, memory_gib, labels}], zones})", path)
+	}
+	if err := f.Cell.Validate(); err != nil {
+		return CellConfig{}, fmt.Errorf("%s: cell: %w", path, err)
+	}
+	return *f.Cell, nil
 }
 
 // formatLabels writes labels as parseLabels reads them, sorted by key.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -107,6 +108,17 @@ func TestCSVMalformed(t *testing.T) {
 		{"job not contiguous", csvHeader + "0,a,0,1,1,,0,batch\n0,b,0,1,1,,0,batch\n0,a,1,1,1,,0,batch\n", 4, 2, "job \"a\" started at line 2"},
 		{"labels", "submit_time,job,task_index,cpu,memory,duration,priority,type,match_labels\n0,a,0,1,1,,0,batch,ssd\n", 2, 9, `"ssd" is not key=value`},
 		{"distinct", "submit_time,job,task_index,cpu,memory,duration,priority,type,distinct_machines\n0,a,0,1,1,,0,batch,maybe\n", 2, 9, "not true, false, 1 or 0"},
+		// The cell's rules for names, priorities and labels.
+		{"job uppercase", csvHeader + "0,a,0,1,1,,0,batch\n1,Web,0,1,1,,0,batch\n", 3, 2, `job ID "Web": must be 1-200 lowercase letters, digits, '-' and '.'`},
+		{"job underscore", csvHeader + "0,j_1,0,1,1,,0,batch\n", 2, 2, `job ID "j_1"`},
+		{"job slash", csvHeader + "0,a/b,0,1,1,,0,batch\n", 2, 2, `job ID "a/b"`},
+		{"job dot end", csvHeader + "0,a.,0,1,1,,0,batch\n", 2, 2, `job ID "a."`},
+		{"job too long", csvHeader + "0," + strings.Repeat("j", 201) + ",0,1,1,,0,batch\n", 2, 2, "must be 1-200"},
+		{"priority range", csvHeader + "0,a,0,1,1,,1001,batch\n", 2, 7, "1001 is not in [0, 1000]"},
+		{"negative priority", csvHeader + "0,a,0,1,1,,-1,batch\n", 2, 7, "-1 is not in [0, 1000]"},
+		{"label key", "submit_time,job,task_index,cpu,memory,duration,priority,type,match_labels\n0,a,0,1,1,,0,batch,-ssd=1\n", 2, 9, `label "-ssd": its name must be`},
+		{"label prefix", "submit_time,job,task_index,cpu,memory,duration,priority,type,match_labels\n0,a,0,1,1,,0,batch,Troupe.IO/ssd=1\n", 2, 9, "its prefix must be a DNS subdomain"},
+		{"label value", "submit_time,job,task_index,cpu,memory,duration,priority,type,match_labels\n0,a,0,1,1,,0,batch,disk=s s d\n", 2, 9, "label disk=s s d: the value must be"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := readCSV(t, writeFile(t, "w.csv", tc.text))
@@ -142,5 +154,82 @@ func TestCSVErrorIsFinal(t *testing.T) {
 	}
 	if _, err2 := r.Next(); err2 != err {
 		t.Errorf("second Next: %v, want the first error %v again", err2, err)
+	}
+}
+
+// TestCSVNames: IDs and labels the cell takes are read.
+func TestCSVNames(t *testing.T) {
+	jobs, err := readCSV(t, writeFile(t, "w.csv", "submit_time,job,task_index,cpu,memory,duration,priority,type,match_labels\n"+
+		"0,etl-7.part-2,0,1,1,,1000,batch,troupe.io/disk=ssd_1;Zone=z-1\n0,"+strings.Repeat("a", 200)+",0,1,1,,0,batch,empty=\n"))
+	if err != nil || len(jobs) != 2 || jobs[0].MatchLabels["troupe.io/disk"] != "ssd_1" || jobs[1].MatchLabels["empty"] != "" {
+		t.Fatalf("jobs %+v: %v", jobs, err)
+	}
+}
+
+// TestReadCSVWindow: the jobs submitted in the window, moved to start
+// at 0; those before and after it counted; the report of what was read.
+func TestReadCSVWindow(t *testing.T) {
+	path := writeFile(t, "w.csv", csvHeader+"0,a,0,1,1,30,0,batch\n0,a,1,1,1,30,0,batch\n10,b,0,1,1,,0,service\n"+
+		"20,c,0,1,1,5,0,batch\n30,d,0,1,1,5,0,batch\n30,d,1,1,1,5,0,batch\n30,d,2,1,1,5,0,batch\n")
+	tr, err := ReadCSV(path, 10*time.Second, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr.Jobs) != 2 || tr.Jobs[0].ID != "b" || tr.Jobs[0].Submit != 0 || tr.Jobs[1].Submit != 10*time.Second || tr.Running != nil {
+		t.Errorf("jobs %+v, running %+v", tr.Jobs, tr.Running)
+	}
+	want := Report{Trace: "CSV trace " + path, Events: 7, First: 0, Last: 30 * time.Second, From: 10 * time.Second, To: 30 * time.Second,
+		InWindow: 2, Jobs: 2, Tasks: 2, Skipped: []Skip{{SkipBefore, 2, 2}, {SkipAfter, 3, 3}}}
+	if !reflect.DeepEqual(tr.Report, want) {
+		t.Errorf("report\n%+v, want\n%+v", tr.Report, want)
+	}
+	if src := tr.Source(); PrefillOf(src) != nil || ReportOf(src) != &tr.Report {
+		t.Error("source: a prefill, or not the report")
+	}
+	// The whole file.
+	if tr, err = ReadCSV(path, 0, 0); err != nil || len(tr.Jobs) != 4 || tr.Report.Skipped != nil || tr.Report.InWindow != 7 {
+		t.Errorf("whole file: %+v: %v", tr, err)
+	}
+	for _, tc := range []struct {
+		from, to time.Duration
+		want     string
+	}{
+		{31 * time.Second, 0, "it starts at 31s, after the last submission, at 30s"},
+		{11 * time.Second, 19 * time.Second, "no job is submitted in [11s, 19s) (submissions from 0s to 30s)"},
+	} {
+		if _, err := ReadCSV(path, tc.from, tc.to); !errors.Is(err, ErrWindow) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("window [%v, %v): %v, want %q", tc.from, tc.to, err, tc.want)
+		}
+	}
+	if _, err := ReadCSV(writeFile(t, "e.csv", csvHeader), 0, 0); err == nil || !strings.Contains(err.Error(), "no rows") {
+		t.Errorf("header only: %v", err)
+	}
+	if _, err := ReadCSV(path, 5*time.Second, 5*time.Second); err == nil || !strings.Contains(err.Error(), "need 0 <= from < to") {
+		t.Errorf("empty window: %v", err)
+	}
+}
+
+// TestLoadCell reads a cell: section, of a file of its own or of a
+// synthetic config.
+func TestLoadCell(t *testing.T) {
+	c, err := LoadCell(writeFile(t, "cell.yaml", "cell:\n  zones: 2\n  shapes:\n    - {name: m, count: 3, cpu_cores: 4, memory_gib: 16, labels: {disk: ssd}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ms := c.Machines(); len(ms) != 3 || ms[0].CPU != 4000 || ms[2].Labels["zone"] != "z0" || ms[1].Labels["disk"] != "ssd" {
+		t.Errorf("machines %+v", ms)
+	}
+	if c, err := LoadCell("../../../deploy/sim/omega-cluster-c.yaml"); err != nil || len(c.Machines()) != 12500 {
+		t.Errorf("the cell of omega-cluster-c.yaml: %v", err)
+	}
+	for _, tc := range []struct{ text, want string }{
+		{"", "empty file"},
+		{"machines: 3\n", "no cell: section"},
+		{"cell:\n  shapes:\n    - {name: m, count: 3, cores: 4}\n", "field cores not found"},
+		{"cell:\n  shapes:\n    - {name: m, count: 0, cpu_cores: 4, memory_gib: 1}\n", "cell: shapes[0] (m): count 0: must be positive"},
+	} {
+		if _, err := LoadCell(writeFile(t, "cell.yaml", tc.text)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want %q", tc.text, err, tc.want)
+		}
 	}
 }

@@ -20,6 +20,11 @@ type GoogleOptions struct {
 	// Until, if positive, stops reading at the first event at or after
 	// this trace time. Tasks still running then have Duration 0.
 	Until time.Duration
+	// From and To are the window replayed, in the trace's time: the jobs
+	// submitted in [From, To) (To 0: to the end), moved to start at 0,
+	// and the tasks running (or pending) at From, placed (or submitted)
+	// at 0. From 0 is the first event read.
+	From, To time.Duration
 	// LargestCPU (millicores) and LargestMemory (bytes) are the trace's
 	// largest machine: the trace's requests and capacities are fractions
 	// of it.
@@ -41,6 +46,8 @@ func (o GoogleOptions) Validate() error {
 		return fmt.Errorf("parts %d: must not be negative", o.Parts)
 	case o.Until < 0:
 		return fmt.Errorf("until %v: must not be negative", o.Until)
+	case o.From < 0 || o.To < 0 || (o.To > 0 && o.To <= o.From):
+		return fmt.Errorf("window from %v to %v: need 0 <= from < to (or to 0, the end)", o.From, o.To)
 	case o.LargestCPU <= 0 || o.LargestMemory <= 0:
 		return fmt.Errorf("largest machine cpu %d, memory %d: both must be positive", o.LargestCPU, o.LargestMemory)
 	case o.Machines <= 0:
@@ -66,9 +73,10 @@ func GoogleCell(o GoogleOptions) CellConfig {
 
 // GoogleTrace is the workload read from the trace, in memory: a task's
 // duration is known only once its run ends, which can be hours after it
-// was submitted. Replay it with FromJobs(t.Jobs).
+// was submitted. Replay it with Source (Trace's), which places the tasks
+// running at the window's start first.
 type GoogleTrace struct {
-	Jobs  []Job
+	Trace
 	Stats GoogleStats
 }
 
@@ -78,21 +86,34 @@ type GoogleStats struct {
 	// 2 EVICT, 3 FAIL, 4 FINISH, 5 KILL, 6 LOST, 7 UPDATE_PENDING,
 	// 8 UPDATE_RUNNING.
 	Events [9]int
-	// Tasks replayed, and among them UntilEnd, those with Duration 0.
+	// Tasks replayed (in Jobs and Running), and among them UntilEnd,
+	// those with Duration 0.
 	Tasks, UntilEnd int
 	// Resubmissions are SUBMITs of tasks submitted before (after an
 	// eviction, failure or kill): not replayed.
 	Resubmissions int
 	// NeverRan counts tasks submitted but never scheduled in what was
-	// read (killed while pending, or pending to the end): not replayed.
+	// read, or in the window (killed while pending, or pending to the
+	// end): not replayed.
 	NeverRan int
-	// End is the time of the last event read.
-	End time.Duration
+	// EndedBefore counts the tasks that ended before the window's start
+	// (and were not pending again at it), AfterWindow those of the jobs
+	// submitted at or after its end: not replayed.
+	EndedBefore, AfterWindow int
+	// Inferred counts the tasks first seen after their SUBMIT (existing
+	// before the first event read), KilledUnseen the tasks first seen by
+	// a KILL (not replayed: running or pending is not known).
+	Inferred, KilledUnseen int
+	// Start and End are the times of the first and last event read.
+	Start, End time.Duration
 }
 
 // ReadGoogle2011 reads dir/task_events/part-*.csv.gz of the Google
 // cluster trace 2011 as the package comment describes, part by part in
-// name order (which is time order), streaming each gzip file.
+// name order (which is time order), streaming each gzip file, and keeps
+// the window o.From, o.To. A window that starts before the first event
+// read, after the last, or holds no event is an error (ErrWindow),
+// found at the first event in the first case.
 func ReadGoogle2011(dir string, o GoogleOptions) (*GoogleTrace, error) {
 	if err := o.Validate(); err != nil {
 		return nil, fmt.Errorf("google trace options: %w", err)
@@ -109,9 +130,13 @@ func ReadGoogle2011(dir string, o GoogleOptions) (*GoogleTrace, error) {
 	case o.Parts > 0:
 		parts = parts[:o.Parts]
 	}
-	b := &googleBuilder{jobIndex: map[int64]int32{}, tasks: map[taskKey]taskRef{}, until: math.MaxInt64 / 1000}
+	b := &googleBuilder{jobIndex: map[int64]int32{}, tasks: map[taskKey]taskRef{}, until: math.MaxInt64 / 1000,
+		first: -1, from: o.From.Microseconds(), to: math.MaxInt64, skipped: map[string]Skip{}}
 	if o.Until > 0 {
 		b.until = o.Until.Microseconds()
+	}
+	if o.To > 0 {
+		b.to = o.To.Microseconds()
 	}
 	b.largest = [2]float64{float64(o.LargestCPU), float64(o.LargestMemory)}
 	for _, p := range parts {
@@ -123,7 +148,12 @@ func ReadGoogle2011(dir string, o GoogleOptions) (*GoogleTrace, error) {
 			return nil, fmt.Errorf("google trace: %w", err)
 		}
 	}
-	return b.finish(), nil
+	tr, err := b.finish()
+	if err != nil {
+		return nil, fmt.Errorf("google trace %s: %w", dir, err)
+	}
+	tr.Report.Trace = "Google 2011 trace " + dir
+	return tr, nil
 }
 
 // Google task event types and the columns read.
@@ -135,7 +165,9 @@ const (
 	evFinish
 	evKill
 	evLost
-	numEventTypes = 9
+	evUpdatePending
+	evUpdateRunning
+	numEventTypes
 
 	gcTime       = 0
 	gcJob        = 2
@@ -179,25 +211,56 @@ type taskRef struct{ job, pos int32 }
 type readJob struct {
 	job   Job // its Tasks are set at the end
 	tasks []readTask
+	// before: submitted before the window's start (or existing before
+	// the first event read); its tasks have a state at the start.
+	before bool
 }
+
+// taskState is where a task of a job submitted before the window stood
+// at its start.
+type taskState uint8
+
+const (
+	// stateNew: submitted after the window's start (every task of a job
+	// submitted in the window).
+	stateNew taskState = iota
+	stateRunning
+	statePending
+	stateEnded
+)
 
 type readTask struct {
 	Task
-	// runStart is when the task's current run started (µs); -1 when it is
-	// not running.
+	// runStart is when the task's current run started (µs), or the
+	// window's start if that is later; -1 when it is not running.
 	runStart int64
-	ran      bool
+	// ran: scheduled in what was read (since the window's start, for a
+	// task pending at it).
+	ran bool
+	// pending: submitted and neither running nor ended.
+	pending bool
 	// noRequests: its SUBMIT had no requests; a later event may have them.
 	noRequests bool
+	state      taskState
+	// events counts the task's events read, but for resubmissions.
+	events int32
 }
 
 type googleBuilder struct {
 	until    int64 // µs
+	from, to int64 // µs; to: MaxInt64 without an end
+	// first is the time of the first event read (-1 before it); crossed
+	// says the window's start was reached, and every task then given
+	// its state.
+	first    int64
+	crossed  bool
+	inWindow int
 	largest  [2]float64
 	jobs     []readJob // in order of first SUBMIT
 	jobIndex map[int64]int32
 	tasks    map[taskKey]taskRef
 	stats    GoogleStats
+	skipped  map[string]Skip
 }
 
 // errStop ends reading at GoogleOptions.Until.
@@ -226,29 +289,55 @@ func (b *googleBuilder) event(r *googleRow) error {
 	if ev < 0 || ev >= numEventTypes {
 		return r.errorf(gcEvent, "event type %d is not 0-8", ev)
 	}
+	if b.first < 0 {
+		b.first = t
+		b.stats.Start = time.Duration(t) * time.Microsecond
+		switch {
+		case b.from == 0:
+			b.from = t
+		case b.from < t:
+			return fmt.Errorf("%w: it starts at %v, before the first event read, at %v (%s:%d)",
+				ErrWindow, time.Duration(b.from)*time.Microsecond, b.stats.Start, r.file, r.line)
+		}
+	}
 	b.stats.Events[ev]++
 	b.stats.End = time.Duration(t) * time.Microsecond
+	if !b.crossed && t >= b.from {
+		b.cross()
+	}
+	if t >= b.from && t < b.to {
+		b.inWindow++
+	}
 	key := taskKey{job, int32(index)}
 	ref, ok := b.tasks[key]
 	if !ok {
 		if ev != evSubmit {
-			return nil // a task submitted before the trace's records start
+			return b.unseen(r, ev, key)
 		}
-		return b.submit(r, t, key)
+		if err := b.submit(r, t, key, false); err != nil {
+			return err
+		}
+		ref = b.tasks[key]
 	}
 	task := &b.jobs[ref.job].tasks[ref.pos]
+	task.events++
 	switch ev {
 	case evSubmit:
-		b.stats.Resubmissions++
+		if ok {
+			b.stats.Resubmissions++
+			task.events--
+		}
+		task.pending = true
 	case evSchedule:
-		task.runStart, task.ran, task.Duration = t, true, 0
+		task.runStart, task.ran, task.Duration, task.pending = t, true, 0, false
 	case evEvict:
-		task.runStart = -1
+		task.runStart, task.pending = -1, false
 	case evFail, evFinish, evKill, evLost:
 		if task.runStart >= 0 {
 			task.Duration = max(time.Duration(t-task.runStart)*time.Microsecond, time.Microsecond)
 			task.runStart = -1
 		}
+		task.pending = false
 	}
 	if task.noRequests {
 		task.noRequests, err = b.requests(r, &task.Task)
@@ -256,8 +345,88 @@ func (b *googleBuilder) event(r *googleRow) error {
 	return err
 }
 
-// submit adds a task, and its job at its first task.
-func (b *googleBuilder) submit(r *googleRow, t int64, key taskKey) error {
+// cross gives every task read so far, all of jobs submitted before the
+// window, its state at the window's start. A run going on then is cut
+// there, so that a task's Duration is what remains of it; a task pending
+// then counts only the runs that follow.
+func (b *googleBuilder) cross() {
+	b.crossed = true
+	for ji := range b.jobs {
+		j := &b.jobs[ji]
+		j.before = true
+		for ti := range j.tasks {
+			task := &j.tasks[ti]
+			switch {
+			case task.runStart >= 0:
+				task.state, task.runStart = stateRunning, b.from
+			case task.pending:
+				task.state, task.ran, task.Duration = statePending, false, 0
+			default:
+				task.state = stateEnded
+			}
+		}
+	}
+}
+
+// unseen handles the first event of a task whose SUBMIT was not read:
+// it existed before the first event read (the trace is read from a
+// later part), running if the event says so (EVICT, FAIL, FINISH, LOST,
+// UPDATE_RUNNING), pending if it is a SCHEDULE or UPDATE_PENDING, not
+// known if it is a KILL (left out).
+func (b *googleBuilder) unseen(r *googleRow, ev int64, key taskKey) error {
+	if ev == evKill {
+		b.stats.KilledUnseen++
+		s := b.skipped[SkipKilledUnseen]
+		s.Events++
+		s.Tasks++
+		b.skipped[SkipKilledUnseen] = s
+		return nil
+	}
+	if err := b.submit(r, b.first, key, true); err != nil {
+		return err
+	}
+	b.stats.Inferred++
+	ref := b.tasks[key]
+	task := &b.jobs[ref.job].tasks[ref.pos]
+	running := ev != evSchedule && ev != evUpdatePending
+	switch {
+	case running && b.crossed:
+		task.state, task.runStart, task.ran = stateRunning, b.from, true
+	case running:
+		task.runStart, task.ran = b.first, true
+	case b.crossed:
+		task.state, task.pending = statePending, true
+	default:
+		task.pending = true
+	}
+	// The event itself is the task's first: played as any other.
+	return b.replayUnseen(r, ev, task)
+}
+
+// replayUnseen applies an unseen task's first event to it.
+func (b *googleBuilder) replayUnseen(r *googleRow, ev int64, task *readTask) error {
+	t, _ := r.int(gcTime, 64)
+	task.events++
+	switch ev {
+	case evSchedule:
+		task.runStart, task.ran, task.Duration, task.pending = t, true, 0, false
+	case evEvict:
+		task.runStart, task.pending = -1, false
+	case evFail, evFinish, evLost:
+		task.Duration = max(time.Duration(t-task.runStart)*time.Microsecond, time.Microsecond)
+		task.runStart, task.pending = -1, false
+	}
+	var err error
+	if task.noRequests {
+		task.noRequests, err = b.requests(r, &task.Task)
+	}
+	return err
+}
+
+// submit adds a task submitted at t, and its job at its first task; a
+// task that existed before the first event read makes its job one
+// submitted before the window.
+func (b *googleBuilder) submit(r *googleRow, t int64, key taskKey, existed bool) error {
 	ji, ok := b.jobIndex[key.job]
 	if !ok {
 		priority, err := r.int(gcPriority, 8)
@@ -284,7 +453,13 @@ func (b *googleBuilder) submit(r *googleRow, t int64, key taskKey) error {
 			Type: googleType(priority, class), Priority: googlePriority(priority), DistinctMachines: distinct == 1}})
 	}
 	j := &b.jobs[ji]
+	if existed && !j.before {
+		j.before, j.job.Submit = true, time.Duration(b.first)*time.Microsecond
+	}
 	task := readTask{Task: Task{Index: key.index}, runStart: -1}
+	if j.before && b.crossed {
+		task.state = statePending // added to a job submitted before the window: with its part at 0
+	}
 	var err error
 	if task.noRequests, err = b.requests(r, &task.Task); err != nil {
 		return err
@@ -311,35 +486,113 @@ func (b *googleBuilder) requests(r *googleRow, task *Task) (missing bool, err er
 	return false, nil
 }
 
-// finish keeps the tasks that ran, packed into one array, and the jobs
-// that have any.
-func (b *googleBuilder) finish() *GoogleTrace {
-	for _, j := range b.jobs {
-		for _, t := range j.tasks {
-			switch {
-			case !t.ran:
-				b.stats.NeverRan++
-			case t.Duration == 0:
-				b.stats.UntilEnd++
-			}
-		}
+// finish sorts the tasks read: those of the jobs submitted in the
+// window that ran, the parts of jobs submitted before it running
+// (Running) and pending (submitted at 0) at its start, packed into one
+// array; and counts what is left out.
+func (b *googleBuilder) finish() (*GoogleTrace, error) {
+	us := func(t int64) time.Duration { return time.Duration(t) * time.Microsecond }
+	switch {
+	case b.first < 0:
+		return nil, errors.New("no event read")
+	case us(b.from) > b.stats.End:
+		return nil, fmt.Errorf("%w: it starts at %v, after the last event read, at %v", ErrWindow, us(b.from), b.stats.End)
+	case b.inWindow == 0:
+		return nil, fmt.Errorf("%w: no event in [%v, %v) (events read from %v to %v)", ErrWindow, us(b.from), us(b.to), b.stats.Start, b.stats.End)
 	}
-	b.stats.Tasks = len(b.tasks) - b.stats.NeverRan
-	arena := make([]Task, 0, b.stats.Tasks)
-	jobs := make([]Job, 0, len(b.jobs))
-	for _, j := range b.jobs {
+	skip := func(reason string, task readTask) {
+		s := b.skipped[reason]
+		s.Tasks++
+		s.Events += int(task.events)
+		b.skipped[reason] = s
+	}
+	from := us(b.from)
+	rep := Report{Events: b.stats.Events[0], First: b.stats.Start, Last: b.stats.End, From: from, InWindow: b.inWindow,
+		Inferred: b.stats.Inferred}
+	for _, n := range b.stats.Events[1:] {
+		rep.Events += n
+	}
+	if b.to < math.MaxInt64 {
+		rep.To = us(b.to)
+	}
+	// part is a job's tasks, of one kind, packed in arena.
+	arena := make([]Task, 0, len(b.tasks))
+	part := func(j Job, id string, submit time.Duration, keep func(readTask) bool, tasks []readTask) (Job, bool) {
 		start := len(arena)
-		for _, t := range j.tasks {
-			if t.ran {
+		for _, t := range tasks {
+			if keep(t) {
 				arena = append(arena, t.Task)
+				if t.Duration == 0 {
+					b.stats.UntilEnd++
+				}
 			}
 		}
-		if len(arena) > start {
-			j.job.Tasks = arena[start:len(arena):len(arena)]
-			jobs = append(jobs, j.job)
+		if len(arena) == start {
+			return Job{}, false
+		}
+		j.ID, j.Submit, j.Tasks = id, submit, arena[start:len(arena):len(arena)]
+		b.stats.Tasks += len(j.Tasks)
+		return j, true
+	}
+	var pending, jobs, running []Job
+	for _, j := range b.jobs {
+		switch {
+		case !j.before && j.job.Submit.Microseconds() >= b.to:
+			for _, t := range j.tasks {
+				b.stats.AfterWindow++
+				skip(SkipAfter, t)
+			}
+		case !j.before:
+			for _, t := range j.tasks {
+				if !t.ran {
+					b.stats.NeverRan++
+					skip(SkipNeverScheduled, t)
+				}
+			}
+			if job, ok := part(j.job, j.job.ID, j.job.Submit-from, func(t readTask) bool { return t.ran }, j.tasks); ok {
+				jobs = append(jobs, job)
+			}
+		default:
+			for _, t := range j.tasks {
+				switch {
+				case t.state == stateEnded:
+					b.stats.EndedBefore++
+					skip(SkipEndedBefore, t)
+				case t.state != stateRunning && !t.ran:
+					b.stats.NeverRan++
+					skip(SkipNeverScheduled, t)
+				}
+			}
+			job, isRunning := part(j.job, j.job.ID, 0, func(t readTask) bool { return t.state == stateRunning }, j.tasks)
+			if isRunning {
+				running = append(running, job)
+				rep.RunningJobs++
+				rep.RunningTasks += len(job.Tasks)
+			}
+			id := j.job.ID
+			if isRunning {
+				id += pendingSuffix
+			}
+			if job, ok := part(j.job, id, 0, func(t readTask) bool {
+				return (t.state == statePending || t.state == stateNew) && t.ran
+			}, j.tasks); ok {
+				pending = append(pending, job)
+				rep.PendingJobs++
+				rep.PendingTasks += len(job.Tasks)
+			}
 		}
 	}
+	b.skipped[SkipResubmitted] = Skip{Events: b.stats.Resubmissions}
 	// Parts in time order give jobs in Submit order; keep it if not.
 	slices.SortStableFunc(jobs, func(a, b Job) int { return cmp.Compare(a.Submit, b.Submit) })
-	return &GoogleTrace{Jobs: jobs, Stats: b.stats}
+	tr := &GoogleTrace{Trace: Trace{Jobs: append(pending, jobs...), Running: running}, Stats: b.stats}
+	rep.Jobs, rep.Tasks = len(tr.Jobs), b.stats.Tasks-rep.RunningTasks
+	rep.Skipped = skips([]string{SkipResubmitted, SkipNeverScheduled, SkipEndedBefore, SkipAfter, SkipKilledUnseen}, b.skipped)
+	tr.Report = rep
+	return tr, nil
 }
+
+// pendingSuffix names the part of a job submitted before the window that
+// is submitted at 0 (pending at the window's start) when another part
+// of it runs at the start under the job's own ID.
+const pendingSuffix = ".pending"

@@ -120,7 +120,7 @@ func TestGoogleRules(t *testing.T) {
 		"0,,1,0,m1,0,u,3,9,0.5,0.25,0,0",          // service job 1, task 0
 		"0,,1,0,m1,1,u,3,9,0.5,0.25,0,0",          // runs to the end: Duration 0
 		"0,2,1,1,,0,u,3,9,,,,",                    // task 1 without requests
-		"5,,9,0,m3,1,u,0,0,0.1,0.1,0,0",           // a task never submitted: ignored
+		"5,,9,0,m3,1,u,0,0,0.1,0.1,0,0",           // first seen scheduled: pending before the first event
 		"600000000,,1,1,m2,1,u,3,9,0.125,0.5,0,0", // its requests come later
 		"700000000,,1,1,m2,4,u,3,9,,,,",           // finishes after 100 s
 		"1000000000,,2,0,,0,u,0,0,0.25,0.25,0,1",  // batch job 2, distinct
@@ -143,6 +143,7 @@ func TestGoogleRules(t *testing.T) {
 	cores := func(f float64) int64 { return int64(f * float64(o.LargestCPU)) }
 	gib := func(f float64) int64 { return int64(f * float64(o.LargestMemory)) }
 	want := []Job{
+		{ID: "9", Submit: 0, Type: Batch, Priority: 10, Tasks: []Task{{Index: 0, CPU: cores(0.1), Memory: gib(0.1)}}},
 		{ID: "1", Submit: 0, Type: Service, Priority: 100, Tasks: []Task{
 			{Index: 0, CPU: cores(0.5), Memory: gib(0.25)},
 			{Index: 1, CPU: cores(0.125), Memory: gib(0.5), Duration: 100 * time.Second}}},
@@ -152,7 +153,7 @@ func TestGoogleRules(t *testing.T) {
 			{Index: 0, CPU: cores(0.1), Memory: gib(0.1)}}},
 	}
 	assertJobs(t, tr.Jobs, want)
-	wantStats := GoogleStats{Events: [9]int{7, 6, 1, 1, 1, 1}, Tasks: 4, UntilEnd: 2, Resubmissions: 1, NeverRan: 2, End: 3000 * time.Second}
+	wantStats := GoogleStats{Events: [9]int{7, 6, 1, 1, 1, 1}, Tasks: 5, UntilEnd: 3, Resubmissions: 1, NeverRan: 2, Inferred: 1, End: 3000 * time.Second}
 	if tr.Stats != wantStats {
 		t.Errorf("stats\n%+v, want\n%+v", tr.Stats, wantStats)
 	}
@@ -162,7 +163,7 @@ func TestGoogleRules(t *testing.T) {
 	if tr, err = ReadGoogle2011(dir, o); err != nil {
 		t.Fatal(err)
 	}
-	assertJobs(t, tr.Jobs, want[:2])
+	assertJobs(t, tr.Jobs, want[:3])
 }
 
 func assertJobs(t *testing.T, got, want []Job) {

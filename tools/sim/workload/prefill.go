@@ -11,16 +11,20 @@ import (
 // Prefill is what a workload's cell holds when it starts: jobs placed at
 // time 0, before the first job arrives and without any scheduler's
 // decision, until the cell's allocated CPU or memory would pass a target
-// fraction of its capacity. The simulator places them (sim, prefill.go):
+// fraction of its capacity, or, without targets, a list of jobs placed
+// whole as far as they fit (a trace's tasks running at its window's
+// start, Trace.Running). The simulator places them (sim, prefill.go):
 // each task on a machine chosen at random among those with room, as the
 // Omega lightweight simulator prefills its cell.
 type Prefill struct {
 	// CPU and Memory are the target fractions of the cell's capacity,
-	// in [0, 1]; 0 sets no target on that resource (one is set).
+	// in [0, 1]; 0 sets no target on that resource. Both 0: Jobs is a
+	// list, every task of which is placed if it fits somewhere.
 	CPU, Memory float64
 	// Jobs are the jobs to place, in order, read until a target is
-	// reached; they may never end (a synthetic config's do not). Their
-	// Submit times are not read: they are placed at 0.
+	// reached (they may never end: a synthetic config's do not) or, for
+	// a list, to the end. Their Submit times are not read: they are
+	// placed at 0; a task's Duration is how long it runs from 0.
 	Jobs Source
 }
 
