@@ -108,7 +108,7 @@ type Conflicted struct {
 // and the Result returned with the error lists them).
 func CommitPlan(ctx context.Context, s clientlib.Store, plan *Plan, modes Modes, scheduler string, now time.Time) (*Result, error) {
 	res := &Result{TaskVersions: map[string]uint64{}}
-	groups := groupPlacements(plan.Placements, modes)
+	groups := GroupPlacements(plan.Placements, modes)
 	written := map[string]*CounterWrite{}
 	for len(groups) > 0 {
 		n := len(groups)
@@ -235,10 +235,10 @@ func commitGroups(ctx context.Context, s clientlib.Store, groups [][]Placement, 
 	return nil
 }
 
-// groupPlacements splits placements into the request's groups: one per
+// GroupPlacements splits placements into the request's groups: one per
 // placement, or one per machine in Coarse and CoarseClaims mode (in
 // order of first appearance).
-func groupPlacements(ps []Placement, modes Modes) [][]Placement {
+func GroupPlacements(ps []Placement, modes Modes) [][]Placement {
 	var groups [][]Placement
 	if modes.Conflict == Fine {
 		for _, p := range ps {

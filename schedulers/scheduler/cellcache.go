@@ -7,8 +7,19 @@ import (
 
 	"github.com/troupe-cluster/troupe/clientlib"
 	"github.com/troupe-cluster/troupe/clientlib/cache"
+	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 )
+
+// Reader is what a cell cache needs of a store: lists and watches. Every
+// clientlib.Store is one; a Shadow is given nothing more, so that it
+// holds no way to write to the store.
+type Reader interface {
+	// List reads every key under prefix, with the cursor to watch from.
+	List(ctx context.Context, prefix string) (kvs []*storev1.KeyValue, cursor []byte, err error)
+	// WatchStream follows the changes under prefix after cursor.
+	WatchStream(ctx context.Context, prefix string, cursor []byte) clientlib.Stream
+}
 
 // CellCache is the cell as a scheduler process sees it: caches of the
 // machines, tasks and machine counters, kept current by watch, and the
@@ -26,11 +37,12 @@ type CellCache struct {
 	view     *MachineView
 }
 
-// NewCellCache returns the caches of a scheduler process over store c.
-func NewCellCache(c clientlib.Store, logger *zap.Logger) *CellCache {
+// NewCellCache returns the caches of a scheduler process over store c,
+// which they only read.
+func NewCellCache(c Reader, logger *zap.Logger) *CellCache {
 	cc := &CellCache{view: NewMachineView()}
-	cc.machines = clientlib.NewInformer(c, clientlib.Machines, "", nil)
-	cc.tasks = clientlib.NewInformer(c, clientlib.Tasks, "", clientlib.TaskIndexes())
+	cc.machines = newInformer(c, clientlib.Machines, nil)
+	cc.tasks = newInformer(c, clientlib.Tasks, clientlib.TaskIndexes())
 	cc.counters = cache.NewInformer(cache.InformerConfig[*troupev1.Counter]{
 		Prefix: clientlib.AllocPrefix, List: c.List, Watch: c.WatchStream, IsCompacted: clientlib.IsCompacted,
 		Decode: clientlib.DecodeCounter, Logger: logger,
@@ -66,4 +78,20 @@ func (cc *CellCache) WaitForSync(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// newInformer is clientlib.NewInformer over a Reader: a cache of the
+// objects of kind k, logging to c's logger if it has one.
+func newInformer[T clientlib.Object](c Reader, k clientlib.Kind[T], indexes map[string]cache.IndexFunc[T]) *cache.Informer[T] {
+	log := zap.NewNop()
+	if l, ok := c.(interface{ Logger() *zap.Logger }); ok && l.Logger() != nil {
+		log = l.Logger()
+	}
+	return cache.NewInformer(cache.InformerConfig[T]{
+		Prefix: k.Prefix, List: c.List, Watch: c.WatchStream, IsCompacted: clientlib.IsCompacted,
+		Decode: func(key string, value []byte, version uint64) (T, error) {
+			return clientlib.DecodeAt(k, key, value, version)
+		},
+		Indexes: indexes, Logger: log,
+	})
 }

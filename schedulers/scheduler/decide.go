@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/troupe-cluster/troupe/clientlib"
+	"github.com/troupe-cluster/troupe/clientlib/cache"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 	"github.com/troupe-cluster/troupe/schedulers/framework"
 )
@@ -121,7 +122,7 @@ func (s *Scheduler) decide(ctx context.Context, job string, tasks []*framework.T
 		s.observe(Decision{Job: job, Attempt: attempt, Plan: gang, Result: &framework.Result{}, Action: a})
 		return a, gang, nil
 	}
-	res, err := framework.CommitPlan(ctx, s.commits(), plan, s.cfg.Modes, s.cfg.Name, s.clock.Now())
+	res, err := s.committer.Commit(ctx, plan)
 	s.assume(res)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -191,6 +192,29 @@ func (s *Scheduler) commits() clientlib.Store {
 		return s.cfg.Commits
 	}
 	return s.c
+}
+
+// Committer is where a decision's plan goes once it is made: the seam
+// between deciding and committing. A Scheduler's commits it to the store
+// (storeCommitter: framework.CommitPlan); a Shadow's evaluates it against
+// the cell as its cache shows it at that moment and writes nothing
+// (shadowCommit), and a Shadow has no other.
+type Committer interface {
+	// Commit commits plan (or says what committing it would have done),
+	// as framework.CommitPlan reports it.
+	Commit(ctx context.Context, plan *framework.Plan) (*framework.Result, error)
+}
+
+// storeCommitter commits plans to store in modes, as scheduler name.
+type storeCommitter struct {
+	store clientlib.Store
+	modes framework.Modes
+	name  string
+	clock cache.Clock
+}
+
+func (c storeCommitter) Commit(ctx context.Context, plan *framework.Plan) (*framework.Result, error) {
+	return framework.CommitPlan(ctx, c.store, plan, c.modes, c.name, c.clock.Now())
 }
 
 // recordOutcome records the events of one commit of a job's plan: what

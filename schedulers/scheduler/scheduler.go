@@ -71,16 +71,22 @@ type Config struct {
 
 // Validate checks the configuration.
 func (c Config) Validate() error {
+	return validateInstance("scheduler", c.Name, c.Kind, c.Partition, c.Partitions, c.Policy, c.Logger)
+}
+
+// validateInstance checks what an instance and a shadow are configured
+// with alike; what names the one checked in the errors.
+func validateInstance(what, name, kind string, partition, partitions int, policy Policy, log *zap.Logger) error {
 	var errs []error
-	if c.Name == "" || c.Kind == "" {
-		errs = append(errs, errors.New("scheduler: Name and Kind are required"))
+	if name == "" || kind == "" {
+		errs = append(errs, fmt.Errorf("%s: Name and Kind are required", what))
 	}
-	if c.Partitions > 1 && (c.Partition < 0 || c.Partition >= c.Partitions) {
-		errs = append(errs, fmt.Errorf("scheduler: Partition %d outside [0, %d)", c.Partition, c.Partitions))
+	if partitions > 1 && (partition < 0 || partition >= partitions) {
+		errs = append(errs, fmt.Errorf("%s: Partition %d outside [0, %d)", what, partition, partitions))
 	}
-	errs = append(errs, c.Policy.Validate())
-	if c.Logger == nil {
-		errs = append(errs, errors.New("scheduler: Logger is required"))
+	errs = append(errs, policy.Validate())
+	if log == nil {
+		errs = append(errs, fmt.Errorf("%s: Logger is required", what))
 	}
 	return errors.Join(errs...)
 }
@@ -95,9 +101,11 @@ type Scheduler struct {
 	tasks    *cache.Informer[*troupev1.Task] // = cache.tasks
 	view     *MachineView                    // = cache.view
 	queue    *cache.WorkQueue
-	stats    *Stats
-	clock    cache.Clock
-	started  time.Time // by clock
+	// committer commits the instance's plans (storeCommitter).
+	committer Committer
+	stats     *Stats
+	clock     cache.Clock
+	started   time.Time // by clock
 	// changed is signalled (without blocking) whenever the caches apply
 	// a change, for a retry waiting to see what a conflict reported.
 	changed chan struct{}
@@ -163,6 +171,7 @@ func New(c clientlib.Store, cfg Config) (*Scheduler, error) {
 	s := &Scheduler{cfg: cfg, c: c, cache: cc, ownCache: own, tasks: cc.tasks, view: cc.view,
 		queue: cache.NewWorkQueue(qc), stats: newStats(cfg.Clock.Now()), clock: cfg.Clock, started: cfg.Clock.Now(),
 		changed: make(chan struct{}, 1), assumed: map[string]map[string]assumed{}, jobs: map[string]*jobRecord{}}
+	s.committer = storeCommitter{store: s.commits(), modes: cfg.Modes, name: cfg.Name, clock: cfg.Clock}
 	// What the shared caches skip as unreadable they log once; each
 	// instance records it, as separate processes would.
 	cc.tasks.AddHandler(cache.Handler[*troupev1.Task]{
@@ -238,12 +247,18 @@ func (s *Scheduler) serves(t *troupev1.Task) bool {
 
 // servesJob reports whether job falls in this instance's partition.
 func (s *Scheduler) servesJob(job string) bool {
-	if s.cfg.Partitions <= 1 {
+	return inPartition(job, s.cfg.Partition, s.cfg.Partitions)
+}
+
+// inPartition reports whether job falls in partition of partitions
+// (partitions <= 1: every job does), by a hash of the job.
+func inPartition(job string, partition, partitions int) bool {
+	if partitions <= 1 {
 		return true
 	}
 	h := fnv.New32a()
 	h.Write([]byte(job))
-	return int(h.Sum32()%uint32(s.cfg.Partitions)) == s.cfg.Partition
+	return int(h.Sum32()%uint32(partitions)) == partition
 }
 
 func jobOf(t *troupev1.Task) string {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/troupe-cluster/troupe/cellstore/pki"
 	"github.com/troupe-cluster/troupe/clientlib"
+	"github.com/troupe-cluster/troupe/schedulers/scheduler"
 	"github.com/troupe-cluster/troupe/tools/cell"
 )
 
@@ -59,15 +60,29 @@ func (a *app) schedulerCommand() *cobra.Command {
 		instances, first, partitions int
 		backoff                      time.Duration
 		rf                           *roleFlags
+		shadow                       bool
+		so                           shadowOptions
 	)
 	cmd := &cobra.Command{
 		Use:   "scheduler",
 		Short: "Run scheduler instances (batch, service, gang)",
 		Long: `Run scheduler instances of the built-in kinds against a cell's store, sharing
 one cell cache, until SIGINT or SIGTERM. Instances are named <kind>-<index>
-and serve partition <index> of their kind's jobs.`,
-		Example: "  troupe scheduler --endpoint 10.0.0.1:7000,10.0.0.2:7000 --kinds batch --instances 2 --partitions 4 --first 0 --ca ... --cert ... --key ...",
-		Args:    noArgs,
+and serve partition <index> of their kind's jobs.
+
+With --shadow they are shadows, named shadow-<kind>-<index>: they follow the
+cell and decide about its pending tasks as the instances would, with the
+same profiles and policy, and write nothing (run them with a viewer's
+certificate, which may only read). Each decides once about the tasks of a
+job that become pending together, and again only if they are pending anew,
+and records what it would have placed where, which placements would have
+conflicted with what the real schedulers committed meanwhile, where the real
+schedulers placed the same tasks, and its decision times: in /metrics
+(troupe_shadow_*), in a summary printed at exit, and, with --shadow-report,
+in a JSON file rewritten every --shadow-report-interval and at exit.`,
+		Example: "  troupe scheduler --endpoint 10.0.0.1:7000,10.0.0.2:7000 --kinds batch --instances 2 --partitions 4 --first 0 --ca ... --cert ... --key ...\n" +
+			"  troupe scheduler --shadow --shadow-report shadow.json --endpoint 10.0.0.1:7000 --kinds batch --ca ... --cert viewer.crt --key viewer.key",
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			parts := partitions
 			if parts == 0 {
@@ -76,11 +91,24 @@ and serve partition <index> of their kind's jobs.`,
 			if instances <= 0 || first < 0 || (parts > 1 && first+instances > parts) {
 				return fmt.Errorf("instances %d from index %d do not fit in %d partitions", instances, first, parts)
 			}
+			if !shadow && (cmd.Flags().Changed("shadow-report") || cmd.Flags().Changed("shadow-report-interval") || cmd.Flags().Changed("shadow-keep")) {
+				return usagef("--shadow-report, --shadow-report-interval and --shadow-keep go with --shadow")
+			}
+			if so.interval <= 0 {
+				return usagef("--shadow-report-interval must be positive")
+			}
+			prefix := ""
+			if shadow {
+				prefix = "shadow-"
+			}
 			var specs []cell.SchedulerSpec
 			for _, kind := range strings.Split(kinds, ",") {
 				for i := first; i < first+instances; i++ {
-					specs = append(specs, cell.SchedulerSpec{Name: fmt.Sprintf("%s-%d", kind, i), Kind: kind, Partition: i, Partitions: parts})
+					specs = append(specs, cell.SchedulerSpec{Name: fmt.Sprintf("%s%s-%d", prefix, kind, i), Kind: kind, Partition: i, Partitions: parts})
 				}
+			}
+			if shadow {
+				return a.runShadow(cmd.Context(), rf, specs, backoff, so)
 			}
 			return a.runRoles(cmd.Context(), rf, "scheduler", func(r *cell.Roles) error { return r.StartSchedulers(specs, backoff) })
 		},
@@ -92,6 +120,10 @@ and serve partition <index> of their kind's jobs.`,
 	fs.IntVar(&first, "first", 0, "index of this process's first instance of each kind: instances are named <kind>-<index> and serve partition <index>")
 	fs.IntVar(&partitions, "partitions", 0, "instances of each kind over all processes, which split the kind's jobs by hash (0: this process's; 1: no split, instances compete for every job)")
 	fs.DurationVar(&backoff, "backoff", time.Second, "wait before tasks that fit nowhere are tried again")
+	fs.BoolVar(&shadow, "shadow", false, "run shadows: decide as the instances would against the live cell and write nothing, recording the decisions, conflicts, agreement with the real schedulers and decision times (needs a viewer's certificate)")
+	fs.StringVar(&so.report, "shadow-report", "", "with --shadow: JSON report file, rewritten every --shadow-report-interval and at exit")
+	fs.DurationVar(&so.interval, "shadow-report-interval", 10*time.Second, "with --shadow: how often the report file is rewritten")
+	fs.IntVar(&so.keep, "shadow-keep", scheduler.DefaultShadowKeep, "with --shadow: how many of the latest decisions the report lists")
 	return cmd
 }
 
@@ -147,9 +179,26 @@ func (a *app) runRoles(ctx context.Context, rf *roleFlags, what string, start fu
 	if err := start(r); err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", rf.httpAddr)
+	addr, srv, err := serveMetrics(rf.httpAddr, what, reg, log)
 	if err != nil {
-		return fmt.Errorf("%s: metrics address: %w", what, err)
+		return err
+	}
+	defer srv.Close()
+	fmt.Fprintf(a.out, "troupe %s: store at %s, metrics http://%s/metrics; stop with Ctrl-C\n", what, rf.endpoint, addr)
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-r.Errors():
+		return err
+	}
+}
+
+// serveMetrics serves reg at /metrics, and /healthz, on addr until the
+// server returned is closed.
+func serveMetrics(addr, what string, reg *prometheus.Registry, log *zap.Logger) (net.Addr, *http.Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: metrics address: %w", what, err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -160,12 +209,5 @@ func (a *app) runRoles(ctx context.Context, rf *roleFlags, what string, start fu
 			log.Error("metrics server stopped", zap.Error(err))
 		}
 	}()
-	defer srv.Close()
-	fmt.Fprintf(a.out, "troupe %s: store at %s, metrics http://%s/metrics; stop with Ctrl-C\n", what, rf.endpoint, ln.Addr())
-	select {
-	case <-ctx.Done():
-		return nil
-	case err := <-r.Errors():
-		return err
-	}
+	return ln.Addr(), srv, nil
 }
