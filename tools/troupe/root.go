@@ -108,7 +108,7 @@ edits; --context picks another context.`,
 		c.GroupID = "roles"
 		root.AddCommand(c)
 	}
-	for _, c := range []*cobra.Command{a.benchCommand(), a.simCommand(), a.versionCommand()} {
+	for _, c := range []*cobra.Command{a.benchCommand(), a.simCommand(), a.traceCommand(), a.versionCommand()} {
 		c.GroupID = "tools"
 		root.AddCommand(c)
 	}
