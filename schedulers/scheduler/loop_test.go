@@ -213,7 +213,11 @@ func runLoop(t *testing.T, cfg sim.Config, jobs []workload.Job) []string {
 			if task.GetStatus().GetPhase() != troupev1.TaskPhase_TASK_PHASE_BOUND {
 				continue
 			}
-			commit("end "+key, func(tx *clientlib.Txn) { sim.End(tx.Group(), task) })
+			commit("end "+key, func(tx *clientlib.Txn) {
+				if _, err := sim.End(tx.Group(), task); err != nil {
+					t.Fatal(err)
+				}
+			})
 		}
 	}
 }

@@ -599,7 +599,11 @@ func (s *Simulator) end(js *jobState, i int32) {
 	t := js.tasks[i]
 	m := t.GetBinding().GetMachine()
 	tx := clientlib.NewTxn(s.store)
-	done := End(tx.Group(), t)
+	done, err := End(tx.Group(), t)
+	if err != nil {
+		s.fail(err)
+		return
+	}
 	out, err := tx.Commit(context.Background())
 	if err == nil {
 		err = out.Err()
@@ -617,31 +621,10 @@ func (s *Simulator) end(js *jobState, i int32) {
 	s.wake(s.view.Machine(m))
 }
 
-// retire forgets job js, all of whose tasks ran to their end: its tasks
-// leave the store, as the cell's garbage collector removes them, and the
-// simulator keeps no state of it, so that a run's memory follows what
-// runs, not what has run.
-func (s *Simulator) retire(js *jobState) {
-	tx := clientlib.NewTxn(s.store)
-	g := tx.Group()
-	for _, t := range js.tasks {
-		key, err := clientlib.Tasks.Key(t)
-		if err != nil {
-			s.fail(err)
-			return
-		}
-		g.Delete(key)
-	}
-	out, err := tx.Commit(context.Background())
-	if err == nil {
-		err = out.Err()
-	}
-	if err != nil {
-		s.fail(fmt.Errorf("sim: retire job %s: %w", js.job.ID, err))
-		return
-	}
-	delete(s.jobs, js.key)
-}
+// retire forgets job js, all of whose tasks ran to their end (and left
+// the store, End): the simulator keeps no state of it, so that a run's
+// memory follows what runs, not what has run.
+func (s *Simulator) retire(js *jobState) { delete(s.jobs, js.key) }
 
 // wake queues again the waiting jobs that the free room of machine m
 // could help: one of their pending tasks fits it now. The others keep
