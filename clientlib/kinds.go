@@ -222,12 +222,24 @@ func DecodeCounter(key string, value []byte, version uint64) (*troupev1.Counter,
 // Encode returns the stored form of obj: its encoding without
 // metadata.version, which belongs to the key, not the value.
 func Encode[T Object](obj T) ([]byte, error) {
-	if v := obj.GetMetadata().GetVersion(); v == 0 {
+	if obj.GetMetadata().GetVersion() == 0 {
 		return proto.MarshalOptions{Deterministic: true}.Marshal(obj)
 	}
-	c := proto.Clone(obj).(T)
-	c.GetMetadata().Version = 0
-	return proto.MarshalOptions{Deterministic: true}.Marshal(c)
+	return encodeOwn(proto.Clone(obj).(T))
+}
+
+// encodeOwn is Encode of an object no one else holds (PutObject's copy):
+// its version is set aside while it is encoded instead of copied away.
+func encodeOwn[T Object](obj T) ([]byte, error) {
+	m := obj.GetMetadata()
+	if m == nil {
+		return proto.MarshalOptions{Deterministic: true}.Marshal(obj)
+	}
+	v := m.Version
+	m.Version = 0
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(obj)
+	m.Version = v
+	return b, err
 }
 
 // Decode decodes a stored value of kind k written at version.

@@ -114,7 +114,7 @@ func PutObject[T Object](g *Group, k Kind[T], obj T) *Group {
 	}
 	if err == nil {
 		var value []byte
-		if value, err = Encode(obj); err == nil {
+		if value, err = encodeOwn(obj); err == nil {
 			g.Require(key, obj.GetMetadata().GetVersion()).Put(key, value)
 			if k.onPut != nil {
 				k.onPut(g, obj)
