@@ -2,6 +2,7 @@ package pki
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -66,6 +67,15 @@ func (ca *CA) IssueTo(dir, name string, l Leaf, now time.Time) error {
 // WriteFileAtomic writes data to path through a temporary file renamed
 // over it, so readers never see a partial file.
 func WriteFileAtomic(path string, data []byte, mode os.FileMode) error {
+	return WriteFileAtomicWith(path, mode, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
+}
+
+// WriteFileAtomicWith is WriteFileAtomic of what write writes, streamed:
+// path gets all of it with mode, or is left as it was.
+func WriteFileAtomicWith(path string, mode os.FileMode, write func(io.Writer) error) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
@@ -74,7 +84,7 @@ func WriteFileAtomic(path string, data []byte, mode os.FileMode) error {
 		return err
 	}
 	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
+	if err := write(tmp); err != nil {
 		tmp.Close()
 		return fmt.Errorf("pki: write %s: %w", path, err)
 	}

@@ -2,6 +2,7 @@ package cache
 
 import (
 	"container/heap"
+	"context"
 	"math"
 	"sync"
 	"time"
@@ -164,6 +165,24 @@ func (q *WorkQueue) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.queue)
+}
+
+// Serve hands the queue's keys to handle one at a time, each marked Done
+// after it, until ctx ends (which shuts the queue down) and the queue is
+// drained; it returns ctx's error.
+func (q *WorkQueue) Serve(ctx context.Context, handle func(key string)) error {
+	go func() {
+		<-ctx.Done()
+		q.ShutDown()
+	}()
+	for {
+		key, shutdown := q.Get()
+		if shutdown {
+			return ctx.Err()
+		}
+		handle(key)
+		q.Done(key)
+	}
 }
 
 // ShutDown stops the queue: Get returns shutdown once it is drained.

@@ -226,18 +226,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	if s.cfg.PublishInterval > 0 {
 		go s.publish(ctx, s.cfg.PublishInterval)
 	}
-	go func() {
-		<-ctx.Done()
-		s.queue.ShutDown()
-	}()
-	for {
-		job, shutdown := s.queue.Get()
-		if shutdown {
-			return ctx.Err()
-		}
-		s.scheduleJob(ctx, job)
-		s.queue.Done(job)
-	}
+	return s.queue.Serve(ctx, func(job string) { s.scheduleJob(ctx, job) })
 }
 
 // serves reports whether this instance takes task t.

@@ -222,18 +222,7 @@ func (s *Shadow) Run(ctx context.Context) error {
 			s.taskChanged(key, t)
 		}
 	}
-	go func() {
-		<-ctx.Done()
-		s.queue.ShutDown()
-	}()
-	for {
-		job, shutdown := s.queue.Get()
-		if shutdown {
-			return ctx.Err()
-		}
-		s.decideJob(ctx, job)
-		s.queue.Done(job)
-	}
+	return s.queue.Serve(ctx, func(job string) { s.decideJob(ctx, job) })
 }
 
 // serves reports whether the shadow decides about task t.

@@ -152,25 +152,13 @@ func (a *app) controllerCommand() *cobra.Command {
 // runRoles connects to the store, starts roles with start, serves their
 // metrics, and waits for a signal or a failure.
 func (a *app) runRoles(ctx context.Context, rf *roleFlags, what string, start func(*cell.Roles) error) error {
-	log, err := newLogger(rf.level)
+	log, creds, reg, err := a.roleProcess(rf, what, what, "")
 	if err != nil {
 		return err
 	}
 	defer log.Sync()
-	creds, err := rf.tls.source(what, a.errOut)
-	if err != nil {
-		return err
-	}
-	if creds != nil && creds.Identity().Role != what {
-		return fmt.Errorf("%s: the certificate names %s, not a %s", what, creds.Identity(), what)
-	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
-	if creds != nil {
-		reg.MustRegister(creds.ExpiryGauge())
-	}
 	r, err := cell.NewRoles(ctx, func(string) (*clientlib.Client, error) { return rf.client(creds, log) }, reg, log)
 	if err != nil {
 		return err
@@ -191,6 +179,31 @@ func (a *app) runRoles(ctx context.Context, rf *roleFlags, what string, start fu
 	case err := <-r.Errors():
 		return err
 	}
+}
+
+// roleProcess sets up a long-running role's process: its logger, its
+// credentials (refused unless their identity's role is role; hint says
+// why, after the refusal) and a metrics registry with the process's
+// collectors and the credentials' expiry.
+func (a *app) roleProcess(rf *roleFlags, what, role, hint string) (*zap.Logger, *pki.Source, *prometheus.Registry, error) {
+	log, err := newLogger(rf.level)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	creds, err := rf.tls.source(what, a.errOut)
+	if err == nil && creds != nil && creds.Identity().Role != role {
+		err = fmt.Errorf("%s: the certificate names %s, not a %s%s", what, creds.Identity(), role, hint)
+	}
+	if err != nil {
+		log.Sync()
+		return nil, nil, nil, err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
+	if creds != nil {
+		reg.MustRegister(creds.ExpiryGauge())
+	}
+	return log, creds, reg, nil
 }
 
 // serveMetrics serves reg at /metrics, and /healthz, on addr until the

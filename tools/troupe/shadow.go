@@ -7,12 +7,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
 
 	"github.com/troupe-cluster/troupe/cellstore/pki"
@@ -44,26 +41,14 @@ type shadowReportFile struct {
 // summary printed then.
 func (a *app) runShadow(ctx context.Context, rf *roleFlags, specs []cell.SchedulerSpec, backoff time.Duration, o shadowOptions) error {
 	const what = "scheduler --shadow"
-	log, err := newLogger(rf.level)
+	log, creds, reg, err := a.roleProcess(rf, what, pki.RoleViewer,
+		": a shadow only reads the cell, and runs with a viewer's certificate (troupe certs issue --role viewer)")
 	if err != nil {
 		return err
 	}
 	defer log.Sync()
-	creds, err := rf.tls.source(what, a.errOut)
-	if err != nil {
-		return err
-	}
-	if creds != nil && creds.Identity().Role != pki.RoleViewer {
-		return fmt.Errorf("%s: the certificate names %s, not a viewer: a shadow only reads the cell, and runs with a viewer's certificate (troupe certs issue --role viewer)",
-			what, creds.Identity())
-	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
-	if creds != nil {
-		reg.MustRegister(creds.ExpiryGauge())
-	}
 	cl, err := rf.client(creds, log)
 	if err != nil {
 		return err
@@ -150,22 +135,7 @@ func writeShadowReport(path string, shadows []*scheduler.Shadow) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return fmt.Errorf("shadow report: %w", err)
-	}
-	_, err = tmp.Write(append(b, '\n'))
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp.Name(), 0o644) // as a file the shell writes; CreateTemp makes it 0600
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
+	if err := pki.WriteFileAtomic(path, append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("shadow report: %w", err)
 	}
 	return nil

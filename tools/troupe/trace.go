@@ -11,7 +11,6 @@ import (
 	"maps"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +21,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/troupe-cluster/troupe/cellstore/pki"
 	"github.com/troupe-cluster/troupe/clientlib"
 	"github.com/troupe-cluster/troupe/clientlib/cache"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
@@ -608,7 +608,7 @@ func recordedCell(machines []*troupev1.Machine) (workload.CellConfig, map[string
 			noZone++
 		}
 		delete(labels, "zone")
-		key := fmt.Sprintf("%020d/%020d/%s", cpu, mem, labelString(labels))
+		key := fmt.Sprintf("%020d/%020d/%s", cpu, mem, workload.FormatLabels(labels))
 		g := groups[key]
 		if g == nil {
 			g = &group{key: key, cpu: cpu, mem: mem, shape: workload.ShapeConfig{CPUCores: float64(cpu) / 1000,
@@ -683,15 +683,6 @@ func zoneNames(zones []string) map[string]string {
 		taken[out[z]] = true
 	}
 	return out
-}
-
-// labelString is labels as k=v;k=v, sorted.
-func labelString(labels map[string]string) string {
-	var parts []string
-	for _, k := range slices.Sorted(maps.Keys(labels)) {
-		parts = append(parts, k+"="+labels[k])
-	}
-	return strings.Join(parts, ";")
 }
 
 // writeCSV writes the trace: comments saying where it comes from and what
@@ -799,29 +790,17 @@ func writeOut(path string, stdout io.Writer, write func(io.Writer) error) error 
 	if path == "-" {
 		return write(stdout)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	if strings.HasSuffix(path, ".gz") {
-		zw := gzip.NewWriter(tmp)
-		if err = write(zw); err == nil {
-			err = zw.Close()
+	err := pki.WriteFileAtomicWith(path, 0o644, func(w io.Writer) error {
+		if !strings.HasSuffix(path, ".gz") {
+			return write(w)
 		}
-	} else {
-		err = write(tmp)
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp.Name(), 0o644) // as a file the shell writes; CreateTemp makes it 0600
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
+		zw := gzip.NewWriter(w)
+		if err := write(zw); err != nil {
+			return err
+		}
+		return zw.Close()
+	})
 	if err != nil {
-		os.Remove(tmp.Name())
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	return nil

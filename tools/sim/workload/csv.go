@@ -467,8 +467,9 @@ func LoadCell(path string) (CellConfig, error) {
 	return *f.Cell, nil
 }
 
-// formatLabels writes labels as parseLabels reads them, sorted by key.
-func formatLabels(labels map[string]string) string {
+// FormatLabels writes labels as the CSV format's match_labels column
+// holds them (k=v;k=v), sorted by key.
+func FormatLabels(labels map[string]string) string {
 	var b strings.Builder
 	for _, k := range slices.Sorted(maps.Keys(labels)) {
 		if b.Len() > 0 {
@@ -500,7 +501,7 @@ func WriteCSV(w io.Writer, src Source) (int, error) {
 		}
 		rec[colSubmit], rec[colJob] = num(int64(j.Submit), 1e9), j.ID
 		rec[colPriority], rec[colType] = strconv.Itoa(int(j.Priority)), j.Type.String()
-		rec[colDistinct], rec[colLabels] = strconv.FormatBool(j.DistinctMachines), formatLabels(j.MatchLabels)
+		rec[colDistinct], rec[colLabels] = strconv.FormatBool(j.DistinctMachines), FormatLabels(j.MatchLabels)
 		for _, t := range j.Tasks {
 			rec[colIndex], rec[colCPU], rec[colMemory] = strconv.Itoa(int(t.Index)), num(t.CPU, 1000), num(t.Memory, 1<<30)
 			rec[colDuration] = ""

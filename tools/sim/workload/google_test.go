@@ -180,7 +180,7 @@ func assertJobs(t *testing.T, got, want []Job) {
 	}
 }
 
-func equalLabels(a, b map[string]string) bool { return formatLabels(a) == formatLabels(b) }
+func equalLabels(a, b map[string]string) bool { return FormatLabels(a) == FormatLabels(b) }
 
 func TestGoogleMalformedRows(t *testing.T) {
 	good := "0,,1,0,m1,0,u,3,9,0.5,0.25,0,0"
