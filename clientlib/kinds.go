@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 )
@@ -212,34 +213,54 @@ func EventsOf(e *troupev1.Event) Kind[*troupev1.Event] {
 // DecodeCounter reads a counter key's value (decimal text) into a
 // Counter named after the key's last segment.
 func DecodeCounter(key string, value []byte, version uint64) (*troupev1.Counter, error) {
-	v, err := strconv.ParseInt(string(value), 10, 64)
+	v, err := CounterValue(key, value)
 	if err != nil {
-		return nil, fmt.Errorf("counter %s: %w", key, err)
+		return nil, err
 	}
 	return &troupev1.Counter{Metadata: &troupev1.ObjectMeta{Name: key, Version: version}, Value: v}, nil
 }
 
+// CounterValue reads a counter key's value (decimal text).
+func CounterValue(key string, value []byte) (int64, error) {
+	v, err := strconv.ParseInt(string(value), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("counter %s: %w", key, err)
+	}
+	return v, nil
+}
+
 // Encode returns the stored form of obj: its encoding without
-// metadata.version, which belongs to the key, not the value.
+// metadata.version, which belongs to the key, not the value. obj is only
+// read.
 func Encode[T Object](obj T) ([]byte, error) {
 	if obj.GetMetadata().GetVersion() == 0 {
 		return proto.MarshalOptions{Deterministic: true}.Marshal(obj)
 	}
-	return encodeOwn(proto.Clone(obj).(T))
+	return proto.MarshalOptions{Deterministic: true}.Marshal(withoutVersion(obj.ProtoReflect()).Interface())
 }
 
-// encodeOwn is Encode of an object no one else holds (PutObject's copy):
-// its version is set aside while it is encoded instead of copied away.
-func encodeOwn[T Object](obj T) ([]byte, error) {
-	m := obj.GetMetadata()
-	if m == nil {
-		return proto.MarshalOptions{Deterministic: true}.Marshal(obj)
-	}
-	v := m.Version
-	m.Version = 0
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(obj)
-	m.Version = v
-	return b, err
+// withoutVersion returns a shallow copy of object m with its metadata
+// copied without the version: the copy shares every other field's value
+// with m (a deep copy of a task costs more than encoding it), so it is
+// for reading only.
+func withoutVersion(m protoreflect.Message) protoreflect.Message {
+	out := shallowCopy(m)
+	fd := m.Descriptor().Fields().ByName("metadata")
+	meta := shallowCopy(m.Get(fd).Message())
+	meta.Clear(meta.Descriptor().Fields().ByName("version"))
+	out.Set(fd, protoreflect.ValueOfMessage(meta))
+	return out
+}
+
+// shallowCopy returns a new message whose populated fields hold m's
+// values (messages, lists and maps shared, not copied).
+func shallowCopy(m protoreflect.Message) protoreflect.Message {
+	out := m.New()
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		out.Set(fd, v)
+		return true
+	})
+	return out
 }
 
 // Decode decodes a stored value of kind k written at version.

@@ -262,3 +262,30 @@ func TestParseTaskName(t *testing.T) {
 		}
 	}
 }
+
+// Encode leaves out the version without changing the object (it may be
+// shared with other readers, a cache's), and a write stores the same
+// bytes whatever version the object was read at.
+func TestEncodeReadsOnly(t *testing.T) {
+	task := sampleTask()
+	bare, err := clientlib.Encode(task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	task.Metadata.Version = 42
+	before := proto.Clone(task)
+	b, err := clientlib.Encode(task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(task, before) {
+		t.Fatalf("Encode changed the object: %v, was %v", task, before)
+	}
+	if string(b) != string(bare) {
+		t.Fatal("the encoding of a task read at version 42 differs from its encoding without version")
+	}
+	got, err := clientlib.Decode(clientlib.Tasks, b, 42)
+	if err != nil || !proto.Equal(got, task) {
+		t.Fatalf("decoded %v, %v; want %v", got, err, task)
+	}
+}

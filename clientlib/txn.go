@@ -102,8 +102,10 @@ func (g *Group) Add(key string, delta, min, max int64) *Group {
 // applies defaults (to a copy) and validation; a broken rule fails the
 // transaction's Commit with a *ValidationError.
 func PutObject[T Object](g *Group, k Kind[T], obj T) *Group {
-	obj = proto.Clone(obj).(T)
-	Default(obj)
+	if hasDefaults(obj) {
+		obj = proto.Clone(obj).(T)
+		Default(obj)
+	}
 	v, err := validatorOf(g.t.s)
 	if err == nil {
 		err = ValidateWith(v, k, obj)
@@ -114,7 +116,7 @@ func PutObject[T Object](g *Group, k Kind[T], obj T) *Group {
 	}
 	if err == nil {
 		var value []byte
-		if value, err = encodeOwn(obj); err == nil {
+		if value, err = Encode(obj); err == nil {
 			g.Require(key, obj.GetMetadata().GetVersion()).Put(key, value)
 			if k.onPut != nil {
 				k.onPut(g, obj)

@@ -375,6 +375,16 @@ func Default(obj Object) {
 	}
 }
 
+// hasDefaults reports whether Default may change obj: only the kinds it
+// fills in (a write of any other kind need not copy the object first).
+func hasDefaults(obj Object) bool {
+	switch obj.(type) {
+	case *troupev1.Job, *troupev1.Machine:
+		return true
+	}
+	return false
+}
+
 // Validate checks obj against the built-in rules of its kind, structural
 // and CEL.
 func Validate[T Object](k Kind[T], obj T) error {

@@ -263,9 +263,10 @@ func GroupPlacements(ps []Placement, modes Modes) [][]Placement {
 // that the task is still at the version the scheduler read) and creates
 // the Binding object the machine's agent watches.
 func writeBinding(g *clientlib.Group, p Placement, scheduler string, now time.Time) {
-	bound := proto.Clone(p.Task.Task).(*troupev1.Task)
-	bound.Binding = &troupev1.TaskBinding{Machine: p.Machine.Name, Scheduler: scheduler, BoundAt: timestamppb.New(now)}
-	bound.Status = &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_BOUND}
+	t := p.Task.Task // shared with the scheduler's cache: read, never written
+	bound := &troupev1.Task{Metadata: t.GetMetadata(), Spec: t.GetSpec(), Charge: t.GetCharge(),
+		Binding: &troupev1.TaskBinding{Machine: p.Machine.Name, Scheduler: scheduler, BoundAt: timestamppb.New(now)},
+		Status:  &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_BOUND}}
 	clientlib.RequireJobRunning(g, bound.GetMetadata().GetNamespace(), bound.GetSpec().GetJob())
 	clientlib.PutObject(g, clientlib.Tasks, bound)
 	ref := clientlib.TaskRef(bound.GetMetadata().GetNamespace(), bound.GetSpec().GetJob(), bound.GetSpec().GetIndex())

@@ -121,6 +121,20 @@ func TestCommitPlanWritesBindingAndCounters(t *testing.T) {
 	}
 }
 
+// writeBinding builds the bound task from the read one's fields, sharing
+// them (a deep copy costs more than the write): a field added to Task
+// must be carried there too.
+func TestBoundTaskKeepsEveryField(t *testing.T) {
+	fields := (&troupev1.Task{}).ProtoReflect().Descriptor().Fields()
+	var names []string
+	for i := range fields.Len() {
+		names = append(names, string(fields.Get(i).Name()))
+	}
+	if got := strings.Join(names, ","); got != "metadata,spec,binding,status,charge" {
+		t.Fatalf("Task's fields are %s: carry the new ones in writeBinding, then update this test", got)
+	}
+}
+
 // Two schedulers decide from the same snapshot and commit one after the
 // other: fine-grained detection lets both in while the machine has room
 // and refuses the overcommit; coarse-grained refuses any second writer.

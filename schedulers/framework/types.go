@@ -130,10 +130,8 @@ func (m *Machine) Fits(r string, req int64) bool {
 	if req <= 0 {
 		return true
 	}
-	if _, ok := m.Capacity[r]; !ok {
-		return false
-	}
-	return req <= m.Free(r)
+	c, ok := m.Capacity[r]
+	return ok && req <= c-m.Allocated[r]
 }
 
 // The resources the free-room index of a decision covers (see

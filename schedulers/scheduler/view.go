@@ -30,6 +30,9 @@ type MachineView struct {
 	// length of their free amount, so a decision learns in 64 steps the
 	// most any machine has free (framework.Snapshot.MaxFree).
 	free map[string]*[65]int
+	// generation counts the counter updates (updateCounters), so that
+	// one copies each machine's maps once.
+	generation uint64
 }
 
 // viewEntry is what the view knows of one machine: its object (nil until
@@ -38,6 +41,7 @@ type viewEntry struct {
 	obj      *troupev1.Machine
 	alloc    map[string]int64
 	versions map[string]uint64
+	copied   uint64 // the update (MachineView.generation) that last copied alloc and versions
 }
 
 // NewMachineView returns an empty view.
@@ -74,6 +78,14 @@ func (v *MachineView) DeleteMachine(name string) {
 	v.publish(name)
 }
 
+// CounterValue is a machine counter (/alloc/<machine>/<resource>) as a
+// change set or a commit holds it.
+type CounterValue struct {
+	Key     string
+	Value   int64
+	Version uint64
+}
+
 // SetCounter records the value and version of the counter at key
 // (/alloc/<machine>/<resource>) as the store holds it, unless the view
 // already holds a later version: the scheduler assumes its own commits'
@@ -81,9 +93,15 @@ func (v *MachineView) DeleteMachine(name string) {
 // event must not undo that. An event at the version assumed replaces the
 // assumed value with the store's.
 func (v *MachineView) SetCounter(key string, value int64, version uint64) {
-	v.updateCounter(key, func(e *viewEntry, r string) {
-		if version >= e.versions[r] {
-			e.alloc[r], e.versions[r] = value, version
+	v.SetCounters([]CounterValue{{key, value, version}})
+}
+
+// SetCounters is SetCounter of each of cs in order (one change set's
+// counters), with each machine they touch copied and republished once.
+func (v *MachineView) SetCounters(cs []CounterValue) {
+	v.updateCounters(cs, func(e *viewEntry, r string, c CounterValue) {
+		if c.Version >= e.versions[r] {
+			e.alloc[r], e.versions[r] = c.Value, c.Version
 		}
 	})
 }
@@ -98,34 +116,44 @@ func (v *MachineView) SetCounter(key string, value int64, version uint64) {
 // estimate until the counter next changed, and every decision on the
 // machine meanwhile would plan on room that is not there and conflict.
 func (v *MachineView) AssumeCounter(key string, value int64, version uint64) {
-	v.updateCounter(key, func(e *viewEntry, r string) {
-		if version > e.versions[r] {
-			e.alloc[r], e.versions[r] = value, version
+	v.updateCounters([]CounterValue{{key, value, version}}, func(e *viewEntry, r string, c CounterValue) {
+		if c.Version > e.versions[r] {
+			e.alloc[r], e.versions[r] = c.Value, c.Version
 		}
 	})
 }
 
 // DeleteCounter forgets the counter at key.
 func (v *MachineView) DeleteCounter(key string) {
-	v.updateCounter(key, func(e *viewEntry, r string) {
+	v.updateCounters([]CounterValue{{Key: key}}, func(e *viewEntry, r string, _ CounterValue) {
 		delete(e.alloc, r)
 		delete(e.versions, r)
 	})
 }
 
-// updateCounter applies change to copies of the counter maps of key's
-// machine (published machines share the old ones) and republishes it.
-func (v *MachineView) updateCounter(key string, change func(e *viewEntry, resource string)) {
-	machine, resource, ok := allocOf(key)
-	if !ok {
-		return
-	}
+// updateCounters applies change to each of cs, on copies of the counter
+// maps of its machine (published machines share the old ones; a machine
+// is copied once), then republishes the machines changed.
+func (v *MachineView) updateCounters(cs []CounterValue, change func(e *viewEntry, resource string, c CounterValue)) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	e := v.entry(machine)
-	e.alloc, e.versions = maps.Clone(e.alloc), maps.Clone(e.versions)
-	change(e, resource)
-	v.publish(machine)
+	v.generation++
+	var changed []string
+	for _, c := range cs {
+		machine, resource, ok := allocOf(c.Key)
+		if !ok {
+			continue
+		}
+		e := v.entry(machine)
+		if e.copied != v.generation {
+			e.alloc, e.versions, e.copied = maps.Clone(e.alloc), maps.Clone(e.versions), v.generation
+			changed = append(changed, machine)
+		}
+		change(e, resource, c)
+	}
+	for _, m := range changed {
+		v.publish(m)
+	}
 }
 
 // allocOf splits the key of a machine counter into the machine and the

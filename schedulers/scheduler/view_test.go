@@ -47,3 +47,38 @@ func TestMachineViewMaxFree(t *testing.T) {
 		}
 	}
 }
+
+// SetCounters of a change set's counters leaves the view as SetCounter
+// of each in order does, older versions ignored, and machines it does not
+// touch keep their published pointer.
+func TestSetCountersAsOneByOne(t *testing.T) {
+	cs := []CounterValue{
+		{"/alloc/m0/cpu", 100, 5}, {"/alloc/m0/memory", 7, 5}, {"/alloc/m1/cpu", 300, 5},
+		{"/alloc/m0/cpu", 200, 6}, {"/alloc/m1/cpu", 250, 4}, // an older version: ignored
+	}
+	one, batch := NewMachineView(), NewMachineView()
+	for _, v := range []*MachineView{one, batch} {
+		for i := range 3 {
+			v.SetMachine(&troupev1.Machine{Metadata: &troupev1.ObjectMeta{Name: fmt.Sprintf("m%d", i)},
+				Spec: &troupev1.MachineSpec{Capacity: map[string]int64{"cpu": 4000, "memory": 100}}})
+		}
+	}
+	for _, c := range cs {
+		one.SetCounter(c.Key, c.Value, c.Version)
+	}
+	untouched := batch.Machine("m2")
+	batch.SetCounters(cs)
+	for i := range 3 {
+		name := fmt.Sprintf("m%d", i)
+		a, b := one.Machine(name), batch.Machine(name)
+		if fmt.Sprint(a.Allocated, a.AllocVersions) != fmt.Sprint(b.Allocated, b.AllocVersions) {
+			t.Errorf("%s: batch %v %v, one by one %v %v", name, b.Allocated, b.AllocVersions, a.Allocated, a.AllocVersions)
+		}
+	}
+	if got := batch.Machine("m0").Allocated["cpu"]; got != 200 {
+		t.Errorf("m0 cpu %d, want 200", got)
+	}
+	if batch.Machine("m2") != untouched {
+		t.Error("a machine no counter names was published again")
+	}
+}

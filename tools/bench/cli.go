@@ -71,7 +71,9 @@ func (o *Options) Check(fs *flag.FlagSet) error {
 func (o *Options) StartProfile() (stop func(), err error) { return StartCPUProfile(o.CPUProfile) }
 
 // StartCPUProfile starts a CPU profile of the process into path (empty:
-// none) and returns what stops it.
+// none) and returns what stops it; stopping also writes the process's
+// allocations so far (the "allocs" profile) to path + ".allocs", for
+// `go tool pprof -sample_index=alloc_space`.
 func StartCPUProfile(path string) (stop func(), err error) {
 	if path == "" {
 		return func() {}, nil
@@ -84,7 +86,14 @@ func StartCPUProfile(path string) (stop func(), err error) {
 		f.Close()
 		return nil, err
 	}
-	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+		if a, err := os.Create(path + ".allocs"); err == nil {
+			pprof.Lookup("allocs").WriteTo(a, 0)
+			a.Close()
+		}
+	}, nil
 }
 
 // parseDuration accepts a Go duration ("10s") or a number of seconds.

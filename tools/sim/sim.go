@@ -146,6 +146,11 @@ type Simulator struct {
 	// capacity of every machine counter: the run fails the moment one is
 	// exceeded (conservation).
 	capacity map[string]int64
+	// ending are the task runs to end at each instant, by job
+	// (endAt).
+	ending map[endKey][]endRef
+	// counters is observe's buffer of a change set's counters.
+	counters []scheduler.CounterValue
 	stats    *Stats
 	err      error
 }
@@ -186,7 +191,8 @@ func New(cfg Config) (*Simulator, error) {
 		return nil, err
 	}
 	s := &Simulator{cfg: cfg, view: scheduler.NewMachineView(), jobs: map[string]*jobState{}, byName: map[string]*simMachine{},
-		evictable: map[int32][]framework.Evictable{}, stats: newStats(cfg.Schedulers), capacity: map[string]int64{}}
+		evictable: map[int32][]framework.Evictable{}, stats: newStats(cfg.Schedulers), capacity: map[string]int64{},
+		ending: map[endKey][]endRef{}}
 	for _, m := range cfg.Machines {
 		s.cpuTotal += m.CPU
 		s.capacity[clientlib.AllocKey(m.Name, "cpu")], s.capacity[clientlib.AllocKey(m.Name, "memory")] = m.CPU, m.Memory
@@ -259,32 +265,41 @@ func (s *Simulator) register() ([]*troupev1.Machine, error) {
 // observe keeps the machine view current from the store's change sets,
 // as a scheduler's cache follows a watch.
 func (s *Simulator) observe(cs *storev1.ChangeSet) {
+	counters := s.counters[:0]
+	flush := func() {
+		s.view.SetCounters(counters)
+		counters = counters[:0]
+	}
 	for _, ev := range cs.GetEvents() {
 		kv := ev.GetKv()
 		switch k := kv.GetKey(); {
 		case len(k) > len(clientlib.AllocPrefix) && k[:len(clientlib.AllocPrefix)] == clientlib.AllocPrefix:
 			if ev.GetType() == storev1.EventType_EVENT_TYPE_DELETE {
+				flush()
 				s.view.DeleteCounter(k)
 				continue
 			}
-			c, err := clientlib.DecodeCounter(k, kv.GetValue(), kv.GetVersion())
+			value, err := clientlib.CounterValue(k, kv.GetValue())
 			if err != nil {
 				s.fail(err)
 				continue
 			}
-			if limit, ok := s.capacity[k]; ok && c.GetValue() > limit {
-				s.fail(fmt.Errorf("sim: at %v %s is %d, over the machine's capacity %d", s.now, k, c.GetValue(), limit))
+			if limit, ok := s.capacity[k]; ok && value > limit {
+				s.fail(fmt.Errorf("sim: at %v %s is %d, over the machine's capacity %d", s.now, k, value, limit))
 			}
-			s.view.SetCounter(k, c.GetValue(), kv.GetVersion())
+			counters = append(counters, scheduler.CounterValue{Key: k, Value: value, Version: kv.GetVersion()})
 		case len(k) > len(clientlib.Machines.Prefix) && k[:len(clientlib.Machines.Prefix)] == clientlib.Machines.Prefix:
 			m, err := clientlib.Decode(clientlib.Machines, kv.GetValue(), kv.GetVersion())
 			if err != nil {
 				s.fail(err)
 				continue
 			}
+			flush()
 			s.view.SetMachine(m)
 		}
 	}
+	flush()
+	s.counters = counters
 }
 
 func (s *Simulator) fail(err error) {
@@ -559,13 +574,40 @@ func (s *Simulator) placed(js *jobState, p framework.Placement, res *framework.R
 		return
 	}
 	if d := js.job.Tasks[i].Duration; d > 0 {
-		run := js.runs[i]
-		s.at(s.now+d, func() {
-			if js.runs[i] == run {
-				s.end(js, i)
-			}
+		s.endAt(js, i, s.now+d)
+	}
+}
+
+// endKey names the tasks of one job whose runs end at one instant.
+type endKey struct {
+	js *jobState
+	at time.Duration
+}
+
+// endRef is the run of a task that is to end: its index and which of its
+// runs (jobState.runs) it is.
+type endRef struct {
+	i   int32
+	run int
+}
+
+// endAt schedules the end of the current run of task i of js at virtual
+// time t. The ends of one job at one instant (its tasks placed by one
+// decision, whose runs last the job's duration) are one event and one
+// commit, as a node agent reports its tasks' ends together: the store,
+// the schedulers' view and the waiting jobs see what they would see
+// after the same ends one by one at that instant.
+func (s *Simulator) endAt(js *jobState, i int32, t time.Duration) {
+	k := endKey{js, t}
+	refs, ok := s.ending[k]
+	if !ok {
+		s.at(t, func() {
+			refs := s.ending[k]
+			delete(s.ending, k)
+			s.end(js, refs)
 		})
 	}
+	s.ending[k] = append(refs, endRef{i, js.runs[i]})
 }
 
 // bind records that task i of js runs on machine m (delta 1), or no
@@ -593,15 +635,25 @@ func count(e *framework.Evictable, t workload.Task, delta int) {
 	e.Requests.Memory += int64(delta) * t.Memory
 }
 
-// end finishes task i of js: its binding goes, its requests are given
-// back, and the schedulers' waiting jobs wake.
-func (s *Simulator) end(js *jobState, i int32) {
-	t := js.tasks[i]
-	m := t.GetBinding().GetMachine()
+// end finishes the runs refs of js's tasks that are still current (not
+// preempted or lost since): their bindings go and they leave the store
+// in one commit, their requests are given back, and the schedulers'
+// waiting jobs that their machines' room helps wake.
+func (s *Simulator) end(js *jobState, refs []endRef) {
 	tx := clientlib.NewTxn(s.store)
-	done, err := End(tx.Group(), t)
-	if err != nil {
-		s.fail(err)
+	ending, done := refs[:0], make([]*troupev1.Task, 0, len(refs))
+	for _, r := range refs {
+		if js.runs[r.i] != r.run {
+			continue
+		}
+		t, err := End(tx.Group(), js.tasks[r.i])
+		if err != nil {
+			s.fail(err)
+			return
+		}
+		ending, done = append(ending, r), append(done, t)
+	}
+	if len(ending) == 0 {
 		return
 	}
 	out, err := tx.Commit(context.Background())
@@ -609,16 +661,25 @@ func (s *Simulator) end(js *jobState, i int32) {
 		err = out.Err()
 	}
 	if err != nil {
-		s.fail(fmt.Errorf("sim: end task %d of %s: %w", i, js.job.ID, err))
+		s.fail(fmt.Errorf("sim: end %d tasks of %s: %w", len(ending), js.job.ID, err))
 		return
 	}
-	done.Metadata.Version = out.Groups[0].Revision
-	js.set(i, done)
-	s.bind(s.byName[m], js, i, -1)
-	if js.ended++; js.done && js.ended == len(js.tasks) {
+	machines := make([]*simMachine, 0, len(ending))
+	for n, r := range ending {
+		m := s.byName[done[n].GetStatus().GetMachine()]
+		done[n].Metadata.Version = out.Groups[n].Revision
+		js.set(r.i, done[n])
+		s.bind(m, js, r.i, -1)
+		if !slices.Contains(machines, m) {
+			machines = append(machines, m)
+		}
+	}
+	if js.ended += len(ending); js.done && js.ended == len(js.tasks) {
 		s.retire(js)
 	}
-	s.wake(s.view.Machine(m))
+	for _, m := range machines {
+		s.wake(s.view.Machine(m.name))
+	}
 }
 
 // retire forgets job js, all of whose tasks ran to their end (and left
@@ -682,9 +743,12 @@ func (s *Simulator) running(machine string) []*framework.Running {
 }
 
 // clone returns a copy of task i to change and set: decisions in flight
-// hold the task as it was.
+// hold the task as it was. Its metadata is its own to change; the rest is
+// shared: a binding or status is replaced, never changed in place.
 func (js *jobState) clone(i int32) *troupev1.Task {
-	return proto.Clone(js.tasks[i]).(*troupev1.Task)
+	t := js.tasks[i]
+	return &troupev1.Task{Metadata: proto.CloneOf(t.GetMetadata()), Spec: t.GetSpec(), Charge: t.GetCharge(),
+		Binding: t.GetBinding(), Status: t.GetStatus()}
 }
 
 // set makes t task i of the job, keeping what follows from the tasks.

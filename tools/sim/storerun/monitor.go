@@ -58,9 +58,18 @@ func (r *run) startMonitor() error {
 	if err := tasks.WaitForSync(r.ctx); err != nil {
 		return err
 	}
-	// The store holds no counters yet that matter: no task is placed
-	// before the first job is submitted.
-	w := r.c.Watch(r.ctx, clientlib.AllocPrefix, nil)
+	// The counters as they are (those of the prefill's tasks, bound
+	// before the clock starts), then their changes.
+	kvs, cursor, err := r.c.List(r.ctx, clientlib.AllocPrefix)
+	if err != nil {
+		return fmt.Errorf("storerun: read the machines' counters: %w", err)
+	}
+	for _, kv := range kvs {
+		if err := r.counterChanged(&storev1.Event{Type: storev1.EventType_EVENT_TYPE_PUT, Kv: kv}); err != nil {
+			return fmt.Errorf("storerun: %w", err)
+		}
+	}
+	w := r.c.Watch(r.ctx, clientlib.AllocPrefix, cursor)
 	r.goRun(func(context.Context) error {
 		defer w.Close()
 		for {

@@ -5,9 +5,10 @@
 // real instances (schedulers/scheduler) configured like the experiment's,
 // the job, node-lifecycle and garbage-collection controllers run as in a
 // cell, and the workload's jobs are submitted at their submission times
-// in real time, compressed by a factor. The measures come back as
-// sim.Stats in virtual time, so that they compare with the in-memory
-// run's field by field.
+// in real time, compressed by a factor (a workload that prefills the
+// cell is prefilled first, as in memory: prefill.go). The measures come
+// back as sim.Stats in virtual time, so that they compare with the
+// in-memory run's field by field.
 //
 //	workload ──► submitter (Job and its Tasks, at submit/compress) ──► store ◄── job, node, gc controllers
 //	                                                                    ▲ ▼
@@ -91,9 +92,6 @@ func (o Options) Run(ctx context.Context, cfg sim.Config, src workload.Source) (
 	if !(o.Compress > 0) {
 		return nil, fmt.Errorf("storerun: Compress must be positive, not %v", o.Compress)
 	}
-	if workload.PrefillOf(src) != nil {
-		return nil, errors.New("storerun: the workload prefills the cell, which runs against the store do not do yet: run it in memory, or without prefill")
-	}
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
@@ -158,6 +156,10 @@ type run struct {
 
 	mu sync.Mutex
 	t0 time.Time // virtual time 0
+	// started is closed once t0 is set.
+	started chan struct{}
+	// prefilled is what the workload's prefill placed (nil: none).
+	prefilled *sim.PrefillStats
 	*monitor
 	rec  *sim.Recorder
 	jobs map[string]*jobState // by "<namespace>/<name>"
@@ -174,6 +176,8 @@ type submission struct {
 	tasks              int
 	placed             map[string]bool
 	allPlaced          bool // none pending after a commit: its wait recorded
+	// prefill: a job of the prefill, in no unscheduled jobs.
+	prefill bool
 }
 
 // jobState is what the run follows of a Job.
@@ -185,7 +189,7 @@ type jobState struct {
 func newRun(o Options, cfg sim.Config, endpoints []string) *run {
 	r := &run{cfg: cfg, compress: o.Compress, log: o.Logger, endpoints: endpoints, tls: o.TLS, serving: map[workload.Type][]int{},
 		capacity: map[string]int64{}, ctx: context.Background(), stop: func() {}, errc: make(chan error, 1), done: make(chan struct{}),
-		monitor: newMonitor(), rec: sim.NewRecorder(cfg.Schedulers), jobs: map[string]*jobState{}, durations: map[string]time.Duration{}}
+		started: make(chan struct{}), monitor: newMonitor(), rec: sim.NewRecorder(cfg.Schedulers), jobs: map[string]*jobState{}, durations: map[string]time.Duration{}}
 	for i, sc := range cfg.Schedulers {
 		r.serving[sc.Serves] = append(r.serving[sc.Serves], i)
 	}
@@ -244,6 +248,9 @@ func (r *run) run(ctx context.Context, src workload.Source) (*sim.Stats, error) 
 	if err := roles.StartControllers(nodeInterval); err != nil {
 		return nil, err
 	}
+	if r.prefilled, err = r.prefill(r.ctx, workload.PrefillOf(src)); err != nil {
+		return nil, err
+	}
 	if err := r.startSchedulers(); err != nil {
 		return nil, err
 	}
@@ -252,8 +259,9 @@ func (r *run) run(ctx context.Context, src workload.Source) (*sim.Stats, error) 
 	}
 	r.mu.Lock()
 	r.t0 = time.Now()
-	r.last = r.t0
+	r.last, r.cpuTime = r.t0, 0
 	r.mu.Unlock()
+	close(r.started)
 	r.goRun(func(ctx context.Context) error { return r.submitAll(ctx, src) })
 
 	var horizon <-chan time.Time
@@ -345,37 +353,50 @@ type hollow struct {
 	sim runtime.Sim
 }
 
-// Start implements runtime.Runtime.
+// Start implements runtime.Runtime. The first run of a prefill task
+// (bound by sim.PrefillScheduler, before the clock started) ends its
+// duration after virtual time 0, as in the simulator; any later run of
+// it, its whole duration after it starts.
 func (h *hollow) Start(ctx context.Context, b *troupev1.Binding, user string) (runtime.Process, error) {
 	h.r.mu.Lock()
 	d, ok := h.r.durations[b.GetMetadata().GetName()]
 	h.r.mu.Unlock()
+	rt := h.sim
 	if ok {
 		b = proto.Clone(b).(*troupev1.Binding)
 		b.Task.Template.SimDuration = durationpb.New(d)
+		if b.GetScheduler() == sim.PrefillScheduler {
+			rt.After = h.r.afterStart
+		}
 	}
-	return h.sim.Start(ctx, b, user)
+	return rt.Start(ctx, b, user)
 }
 
 // awaitMachines waits until every machine of the cell has registered.
 func (r *run) awaitMachines() error {
+	return await(r, clientlib.Machines, "", len(r.cfg.Machines), "the hollow machines to register")
+}
+
+// await waits until the store holds n objects of kind k within (at
+// least: it counts those added), for what.
+func await[T clientlib.Object](r *run, k clientlib.Kind[T], within string, n int, what string) error {
 	ctx, cancel := context.WithCancel(r.ctx)
 	defer cancel()
-	machines := clientlib.NewInformer(r.c, clientlib.Machines, "", nil)
-	registered, n := make(chan struct{}), 0
-	machines.AddHandler(cache.Handler[*troupev1.Machine]{OnAdd: func(string, *troupev1.Machine) {
-		if n++; n == len(r.cfg.Machines) {
-			close(registered)
+	objects := clientlib.NewInformer(r.c, k, within, nil)
+	there, seen := make(chan struct{}), map[string]bool{}
+	objects.AddHandler(cache.Handler[T]{OnAdd: func(key string, _ T) {
+		if seen[key] = true; len(seen) == n {
+			close(there)
 		}
 	}})
-	go machines.Run(ctx)
+	go objects.Run(ctx)
 	select {
-	case <-registered:
+	case <-there:
 		return nil
 	case err := <-r.errc:
 		return err
 	case <-ctx.Done():
-		return fmt.Errorf("storerun: waiting for the hollow machines to register: %w", ctx.Err())
+		return fmt.Errorf("storerun: waiting for %s: %w", what, ctx.Err())
 	}
 }
 
@@ -481,12 +502,15 @@ func (r *run) finish(end time.Time) (*sim.Stats, error) {
 	unscheduled := make([]int, len(r.cfg.Schedulers))
 	jobs := map[*submission]int{}
 	for job := range r.unplacedJobs() {
-		jobs[r.jobs[job].of] = r.jobs[job].sched
+		if js := r.jobs[job]; !js.of.prefill {
+			jobs[js.of] = js.sched
+		}
 	}
 	for _, i := range jobs {
 		unscheduled[i]++
 	}
 	st := r.rec.Finish(r.virtual(end), unscheduled, r.utilisation(end))
+	st.Prefill = r.prefilled
 	for i, in := range r.instances {
 		own, got := in.sched.Stats(), st.Schedulers[i]
 		if own.Placements != uint64(got.Placements) || own.Conflicts != uint64(got.ConflictedPlacements) {

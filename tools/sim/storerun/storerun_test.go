@@ -1,6 +1,11 @@
 package storerun
 
 import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -166,6 +171,203 @@ func BenchmarkAgainstMemory(b *testing.B) {
 	b.ReportMetric(waitP90Delta, "max-wait-p90-delta-s")
 	b.ReportMetric(busyRatio, "max-busy-ratio")
 	b.ReportMetric(conflictFraction, "max-store-conflict-fraction")
+}
+
+// prefilledYAML is a small synthetic workload whose cell starts half
+// full (as omega-lightweight.yaml starts at 60%): 10 machines of 4
+// cores, prefilled with services of 1-core tasks like the service class
+// that run for 60 s, then 20 s of batch and service jobs that each end
+// within 35 s, the cell below full throughout, so that every task of
+// the workload fits at once.
+const prefilledYAML = `
+seed: 4
+horizon_seconds: 20
+cell:
+  shapes:
+    - {name: m, count: 10, cpu_cores: 4, memory_gib: 16}
+prefill:
+  cpu_utilisation: 0.5
+  like: service
+  duration_seconds: {dist: fixed, value: 60}
+classes:
+  - name: batch
+    type: batch
+    arrival: {process: poisson, interval_seconds: 3}
+    tasks: {dist: uniform, min: 1, max: 3}
+    duration_seconds: {dist: uniform, min: 5, max: 15}
+    cpu_cores: {dist: fixed, value: 0.5}
+    memory_gib: {dist: fixed, value: 1}
+    priority: {dist: fixed, value: 0}
+  - name: service
+    type: service
+    arrival: {process: fixed, interval_seconds: 10}
+    tasks: {dist: fixed, value: 2}
+    duration_seconds: {dist: fixed, value: 10}
+    cpu_cores: {dist: fixed, value: 1}
+    memory_gib: {dist: fixed, value: 2}
+    priority: {dist: fixed, value: 100}
+`
+
+// prefillConfig is a cell of the given machines with a batch and a
+// service scheduler.
+func prefillConfig(machines []workload.Machine) sim.Config {
+	policy := scheduler.DefaultPolicy(5 * time.Second)
+	policy.AbandonAfter = 100
+	return sim.Config{Machines: machines, Policy: policy, Seed: 7, Schedulers: []sim.SchedulerConfig{
+		{Name: "batch-0", Kind: profiles.Batch, Serves: workload.Batch, Decision: framework.DecisionTime{Job: 100 * time.Millisecond, Task: 10 * time.Millisecond}},
+		{Name: "service-0", Kind: profiles.Service, Serves: workload.Service, Decision: framework.DecisionTime{Job: time.Second, Task: 100 * time.Millisecond}},
+	}}
+}
+
+// TestPrefill: a workload that prefills the cell runs against the store
+// as in memory. The prefill places what it places in memory (the same
+// seed, the same plan: jobs, tasks, the fraction reached, within one
+// task below the target), before the clock starts; its tasks count in
+// no scheduler's measures (each scheduler's jobs, tasks and placements
+// are the workload's alone, in both runs); they hold the cell's CPU
+// until their 60 s are over, counted from virtual time 0 (the run ends
+// then, not before, the workload's jobs having ended), and the store is
+// audited at the end (Run).
+func TestPrefill(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "prefilled.yaml")
+	if err := os.WriteFile(path, []byte(prefilledYAML), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	wc, err := workload.LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := func() workload.Source {
+		g, err := workload.NewGenerator(wc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	var jobs, tasks int
+	for _, j := range drain(t, src()) {
+		jobs, tasks = jobs+1, tasks+len(j.Tasks)
+	}
+	mem, store := bothWays(t, prefillConfig(wc.Cell.Machines()), src)
+	p := store.Prefill
+	t.Logf("prefill %+v; %d jobs, %d tasks; %.1fs of virtual time, utilisation %.3f/%.3f (memory/store)", p, jobs, tasks,
+		store.DurationSeconds, mem.CPUUtilisation, store.CPUUtilisation)
+	if p == nil || mem.Prefill == nil || *p != *mem.Prefill {
+		t.Fatalf("prefill against the store %+v, in memory %+v: want the same", p, mem.Prefill)
+	}
+	// 1-core tasks of 40 cores: 20 of them reach 50% exactly.
+	if p.Tasks != 20 || p.TargetCPU != 0.5 || p.CPUUtilisation > p.TargetCPU || p.CPUUtilisation <= p.TargetCPU-1.0/40 {
+		t.Errorf("prefill %+v: want 20 tasks, within one task below the target 0.5", p)
+	}
+	var measuredJobs, measuredTasks int
+	for i, m := range mem.Schedulers {
+		st := store.Schedulers[i]
+		measuredJobs, measuredTasks = measuredJobs+st.Jobs, measuredTasks+st.Tasks
+		if st.Jobs != m.Jobs || st.Tasks != m.Tasks || st.Placements != st.Tasks || m.Placements != m.Tasks ||
+			st.PlacedJobs != st.Jobs || st.UnscheduledJobs != 0 || st.PreemptedTasks != 0 {
+			t.Errorf("%s: %+v against the store, %+v in memory: want the workload's jobs and tasks, each placed once", m.Name, st, m)
+		}
+	}
+	if measuredJobs != jobs || measuredTasks != tasks {
+		t.Errorf("the schedulers measured %d jobs and %d tasks, the workload has %d and %d: the prefill counts in them",
+			measuredJobs, measuredTasks, jobs, tasks)
+	}
+	if mem.DurationSeconds != 60 || store.DurationSeconds < 60 || store.DurationSeconds > 90 {
+		t.Errorf("the runs ended at %.1fs (memory), %.1fs (store): want 60 s, when the prefill's tasks end", mem.DurationSeconds, store.DurationSeconds)
+	}
+	if store.CPUUtilisation < 0.4 {
+		t.Errorf("CPU utilisation %.3f against the store: the prefill's half of the cell is missing", store.CPUUtilisation)
+	}
+}
+
+// bothWays runs cfg on src's jobs in memory, then against an embedded
+// store.
+func bothWays(t *testing.T, cfg sim.Config, src func() workload.Source) (mem, store *sim.Stats) {
+	t.Helper()
+	s, err := sim.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mem, err = s.Run(t.Context(), src()); err != nil {
+		t.Fatal(err)
+	}
+	if store, err = (Options{Compress: compress}).Run(t.Context(), cfg, src()); err != nil {
+		t.Fatal(err)
+	}
+	return mem, store
+}
+
+// drain reads src to its end.
+func drain(t *testing.T, src workload.Source) []workload.Job {
+	t.Helper()
+	var jobs []workload.Job
+	for {
+		j, err := src.Next()
+		if errors.Is(err, io.EOF) {
+			return jobs
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs = append(jobs, j)
+	}
+}
+
+// TestPrefillList: a list prefill (a trace window's running tasks) runs
+// against the store as in memory, and its tasks are the cell's like any
+// other's. Four machines of 4 cores: the list fills their cores with
+// low-priority batch tasks of 1 core that run until the end, one job's
+// of two memory shapes (two Jobs in the store), but for a task of 8
+// cores that fits nowhere; a production service of two 2-core tasks
+// then preempts four of them, which go back to the batch scheduler
+// (preempted and decided again, in its measures, though its jobs are
+// not). In memory they are placed again once the service has ended;
+// against the store not all of them are, or not for good, when one goes
+// back to the machine it was evicted from: the job controller may read
+// the Run its eviction ended (KILLED, of the same attempt) as the new
+// binding's and fail the task, so the store run's batch placements are
+// not checked.
+func TestPrefillList(t *testing.T) {
+	var machines []workload.Machine
+	for i := range 4 {
+		machines = append(machines, workload.Machine{Name: fmt.Sprintf("m%d", i), CPU: 4000, Memory: 16 << 30})
+	}
+	task := func(i int32, cores, gib int64, d time.Duration) workload.Task {
+		return workload.Task{Index: i, CPU: cores * 1000, Memory: gib << 30, Duration: d}
+	}
+	src := func() workload.Source {
+		jobs := []workload.Job{{ID: "mixed", Type: workload.Batch, Priority: 10,
+			Tasks: []workload.Task{task(0, 1, 1, 0), task(1, 8, 1, 0), task(2, 1, 2, 0), task(3, 1, 1, 0), task(4, 1, 2, 0)}}}
+		for j := range 6 {
+			jobs = append(jobs, workload.Job{ID: fmt.Sprintf("b%d", j), Type: workload.Batch, Priority: 10,
+				Tasks: []workload.Task{task(0, 1, 1, 0), task(1, 1, 1, 0)}})
+		}
+		web := workload.Job{ID: "web", Submit: 2 * time.Second, Type: workload.Service, Priority: 100,
+			Tasks: []workload.Task{task(0, 2, 1, 20*time.Second), task(1, 2, 1, 20*time.Second)}}
+		return workload.WithPrefill(workload.FromJobs([]workload.Job{web}), &workload.Prefill{Jobs: workload.FromJobs(jobs)})
+	}
+	mem, store := bothWays(t, prefillConfig(machines), src)
+	t.Logf("prefill %+v; %.1fs of virtual time; store %+v; memory %+v", store.Prefill, store.DurationSeconds, store.Schedulers, mem.Schedulers)
+	want := sim.PrefillStats{Jobs: 7, Tasks: 16, NotPlaced: 1, CPUUtilisation: 1, MemoryUtilisation: 18.0 / 64}
+	if p := store.Prefill; p == nil || *p != want || mem.Prefill == nil || *mem.Prefill != want {
+		t.Fatalf("prefill against the store %+v, in memory %+v: want %+v", p, mem.Prefill, want)
+	}
+	for _, run := range []struct {
+		name string
+		*sim.Stats
+	}{{"store", store}, {"memory", mem}} {
+		batch, service := run.Schedulers[0], run.Schedulers[1]
+		if service.Jobs != 1 || service.Placements != 2 || service.PlacedJobs != 1 || service.PreemptedTasks != 0 {
+			t.Errorf("service in %s: %+v, want web's 2 tasks placed by preemption", run.name, service)
+		}
+		if batch.Jobs != 0 || batch.Tasks != 0 || batch.PreemptedTasks != 4 || batch.Decisions == 0 || batch.Placements == 0 ||
+			batch.UnscheduledJobs != 0 || batch.DecidedJobs != 0 || batch.PlacedJobs != 0 {
+			t.Errorf("batch in %s: %+v, want 4 prefill tasks preempted and decided again, in no job of its measures", run.name, batch)
+		}
+	}
+	if b := mem.Schedulers[0]; b.Placements != 4 {
+		t.Errorf("batch in memory: %d placements, want the 4 preempted tasks placed again once the service has ended", b.Placements)
+	}
 }
 
 // The audit finds counters over a machine's capacity, counters that
