@@ -52,21 +52,28 @@ func BindingKey(t *troupev1.Task) string {
 }
 
 // Unbind adds to group g what takes task t off its machine, if it is
-// bound: its Binding is deleted (the agent stops it) and its requests are
-// given back to the machine's counters. It returns a copy of t without its
-// binding, bound or not, for the caller to change and write with the status
-// it wants; t itself (a cached object, say) is left as it is.
+// bound (Release). It returns a copy of t without its binding, bound or
+// not, for the caller to change and write with the status it wants; t
+// itself (a cached object, say) is left as it is.
 func Unbind(g *Group, t *troupev1.Task) *troupev1.Task {
 	out := proto.Clone(t).(*troupev1.Task)
 	out.Binding = nil
+	Release(g, t)
+	return out
+}
+
+// Release adds to group g what takes task t off its machine, if it is
+// bound: its Binding is deleted (the agent stops it) and its requests are
+// given back to the machine's counters. A writer that removes t from the
+// store needs nothing else (and no copy of it).
+func Release(g *Group, t *troupev1.Task) {
 	m := t.GetBinding().GetMachine()
 	if m == "" {
-		return out
+		return
 	}
 	g.Delete(BindingKey(t))
 	req := t.GetSpec().GetTemplate().GetRequests()
 	for _, r := range slices.Sorted(maps.Keys(req)) {
 		g.Add(AllocKey(m, r), -req[r], 0, math.MaxInt64)
 	}
-	return out
 }

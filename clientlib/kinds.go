@@ -236,7 +236,21 @@ func Encode[T Object](obj T) ([]byte, error) {
 	if obj.GetMetadata().GetVersion() == 0 {
 		return proto.MarshalOptions{Deterministic: true}.Marshal(obj)
 	}
-	return proto.MarshalOptions{Deterministic: true}.Marshal(withoutVersion(obj.ProtoReflect()).Interface())
+	var bare proto.Message
+	if t, ok := any(obj).(*troupev1.Task); ok { // the most written kind, without reflection
+		bare = &troupev1.Task{Metadata: metaWithoutVersion(t.GetMetadata()), Spec: t.GetSpec(), Binding: t.GetBinding(),
+			Status: t.GetStatus(), Charge: t.GetCharge()}
+	} else {
+		bare = withoutVersion(obj.ProtoReflect()).Interface()
+	}
+	return proto.MarshalOptions{Deterministic: true}.Marshal(bare)
+}
+
+// metaWithoutVersion returns a shallow copy of m without its version.
+func metaWithoutVersion(m *troupev1.ObjectMeta) *troupev1.ObjectMeta {
+	out := shallowCopy(m.ProtoReflect()).Interface().(*troupev1.ObjectMeta)
+	out.Version = 0
+	return out
 }
 
 // withoutVersion returns a shallow copy of object m with its metadata
@@ -246,9 +260,8 @@ func Encode[T Object](obj T) ([]byte, error) {
 func withoutVersion(m protoreflect.Message) protoreflect.Message {
 	out := shallowCopy(m)
 	fd := m.Descriptor().Fields().ByName("metadata")
-	meta := shallowCopy(m.Get(fd).Message())
-	meta.Clear(meta.Descriptor().Fields().ByName("version"))
-	out.Set(fd, protoreflect.ValueOfMessage(meta))
+	meta := metaWithoutVersion(m.Get(fd).Message().Interface().(*troupev1.ObjectMeta))
+	out.Set(fd, protoreflect.ValueOfMessage(meta.ProtoReflect()))
 	return out
 }
 

@@ -307,3 +307,37 @@ func TestUnknownPhaseIsAnError(t *testing.T) {
 		t.Fatalf("Apply of phase 99: %v", err)
 	}
 }
+
+// An overlay finds the last write of each key, before and after it grows
+// past overlayIndexed and indexes its keys, and keeps the order in which
+// keys were first written.
+func TestOverlayGetSet(t *testing.T) {
+	var ov overlay
+	want := map[string]string{}
+	var order []string
+	for i := range 3 * overlayIndexed {
+		k := fmt.Sprintf("k%d", i%(2*overlayIndexed)) // the last third writes keys again
+		v := fmt.Sprintf("v%d", i)
+		if _, ok := want[k]; !ok {
+			order = append(order, k)
+		}
+		ov.set(k, pending{value: []byte(v)})
+		want[k] = v
+		for k, v := range want {
+			if p, ok := ov.get(k); !ok || string(p.value) != v {
+				t.Fatalf("after %d writes: get(%s) = %q, %v; want %q", i+1, k, p.value, ok, v)
+			}
+		}
+		if _, ok := ov.get("absent"); ok {
+			t.Fatalf("after %d writes: an absent key is found", i+1)
+		}
+	}
+	if ov.index == nil {
+		t.Fatalf("%d keys and no index", len(ov.writes))
+	}
+	for i, w := range ov.writes {
+		if w.key != order[i] {
+			t.Fatalf("write %d is %s, want %s (first-written order)", i, w.key, order[i])
+		}
+	}
+}

@@ -133,9 +133,9 @@ func intentFailure(k string, in *storev1.Intent) *storev1.Failure {
 // held by an incompatible intent, and checks that adds keep every counter
 // within the bounds of the adds reserved on it. pending tells what the
 // proposal has written so far, for the counters' current values.
-func (a *applier) checkIntents(overlay map[string]pending, g *storev1.Group) (*storev1.Failure, error) {
+func (a *applier) checkIntents(ov *overlay, g *storev1.Group) (*storev1.Failure, error) {
 	for _, c := range g.GetConditions() {
-		if f, err := a.checkKey(overlay, c.GetKey(), accessRead, nil); f != nil || err != nil {
+		if f, err := a.checkKey(ov, c.GetKey(), accessRead, nil); f != nil || err != nil {
 			return f, err
 		}
 	}
@@ -145,7 +145,7 @@ func (a *applier) checkIntents(overlay map[string]pending, g *storev1.Group) (*s
 		if acc == accessAdd {
 			add = op.GetAdd()
 		}
-		if f, err := a.checkKey(overlay, k, acc, add); f != nil || err != nil {
+		if f, err := a.checkKey(ov, k, acc, add); f != nil || err != nil {
 			return f, err
 		}
 	}
@@ -153,7 +153,7 @@ func (a *applier) checkIntents(overlay map[string]pending, g *storev1.Group) (*s
 }
 
 // checkKey checks one access to k against the intents on it.
-func (a *applier) checkKey(overlay map[string]pending, k string, acc access, add *storev1.Add) (*storev1.Failure, error) {
+func (a *applier) checkKey(ov *overlay, k string, acc access, add *storev1.Add) (*storev1.Failure, error) {
 	set, err := a.intentsOf(k)
 	if err != nil || len(set.GetIntents()) == 0 {
 		return nil, err
@@ -164,7 +164,7 @@ func (a *applier) checkKey(overlay map[string]pending, k string, acc access, add
 	if add == nil {
 		return nil, nil
 	}
-	cur, version, ok, err := a.counter(overlay, k)
+	cur, version, ok, err := a.counter(ov, k)
 	if err != nil || !ok {
 		return nil, err // not a counter: the add itself reports NOT_A_COUNTER
 	}
@@ -513,12 +513,12 @@ func resolve(st Storage, p *storev1.Proposal, now int64) (*Result, error) {
 		// Intents keep what a group prepared on from changing, and
 		// reservations keep its adds within bounds, so the group applies;
 		// if it did not, every replica would drop it alike.
-		overlay, f, err := a.evaluate(g)
+		ov, f, err := a.evaluate(g)
 		if err != nil {
 			return nil, err
 		}
 		if f == nil {
-			a.merge(overlay)
+			a.merge(ov)
 		}
 	}
 	if err := st.Delete(preparedKey(p.GetTxnId())); err != nil {

@@ -121,7 +121,7 @@ func TestCommitPlanWritesBindingAndCounters(t *testing.T) {
 	}
 }
 
-// writeBinding builds the bound task from the read one's fields, sharing
+// writeBinding (and clientlib.Encode) build a task from the read one's fields, sharing
 // them (a deep copy costs more than the write): a field added to Task
 // must be carried there too.
 func TestBoundTaskKeepsEveryField(t *testing.T) {
@@ -131,7 +131,7 @@ func TestBoundTaskKeepsEveryField(t *testing.T) {
 		names = append(names, string(fields.Get(i).Name()))
 	}
 	if got := strings.Join(names, ","); got != "metadata,spec,binding,status,charge" {
-		t.Fatalf("Task's fields are %s: carry the new ones in writeBinding, then update this test", got)
+		t.Fatalf("Task's fields are %s: carry the new ones in writeBinding and clientlib.Encode, then update this test", got)
 	}
 }
 

@@ -7,6 +7,7 @@ package sim
 import (
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/troupe-cluster/troupe/clientlib"
@@ -50,17 +51,18 @@ func Tasks(job workload.Job, kind string, now time.Duration) []*troupev1.Task {
 // (its requests given back) and leaves the store, as the cell's garbage
 // collector would take it once succeeded; no reader of the simulated cell
 // tells the two apart, and a delete costs no encoding. It returns the
-// task as it ended (succeeded), for the simulator's own account.
+// task as it ended (succeeded), for the simulator's own account: its
+// metadata its own, its spec shared with t.
 func End(g *clientlib.Group, t *troupev1.Task) (*troupev1.Task, error) {
 	m := t.GetBinding().GetMachine()
 	key, err := clientlib.Tasks.Key(t)
 	if err != nil {
 		return nil, err
 	}
-	done := clientlib.Unbind(g, t)
-	done.Status = &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_SUCCEEDED, Machine: m}
+	clientlib.Release(g, t)
 	g.Delete(key)
-	return done, nil
+	return &troupev1.Task{Metadata: proto.CloneOf(t.GetMetadata()), Spec: t.GetSpec(), Charge: t.GetCharge(),
+		Status: &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_SUCCEEDED, Machine: m}}, nil
 }
 
 // Epoch is the wall time virtual time 0 maps to.
