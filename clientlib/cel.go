@@ -222,20 +222,23 @@ func (v *Validator) Follow(inf *cache.Informer[*troupev1.ValidationPolicy], chan
 // about CEL: a policy's expressions and a job's constraint must compile.
 func (v *Validator) check(kind string, obj Object) []FieldError {
 	v.mu.RLock()
-	rules := append(append([]rule(nil), v.builtin[kind]...), v.policies[kind]...)
+	builtin, policies := v.builtin[kind], v.policies[kind] // never changed once published: policies are replaced whole
 	v.mu.RUnlock()
 	var errs []FieldError
-	for _, r := range rules {
-		out, _, err := r.prg.Eval(map[string]any{"object": obj})
-		switch {
-		case err != nil:
-			errs = append(errs, FieldError{Field: r.field, Rule: r.source, Message: fmt.Sprintf("rule %q could not be evaluated: %v", r.expr, err)})
-		case out.Value() != true:
-			msg := r.message
-			if msg == "" {
-				msg = fmt.Sprintf("rule %q is false", r.expr)
+	vars := map[string]any{"object": obj}
+	for _, rules := range [2][]rule{builtin, policies} {
+		for _, r := range rules {
+			out, _, err := r.prg.Eval(vars)
+			switch {
+			case err != nil:
+				errs = append(errs, FieldError{Field: r.field, Rule: r.source, Message: fmt.Sprintf("rule %q could not be evaluated: %v", r.expr, err)})
+			case out.Value() != true:
+				msg := r.message
+				if msg == "" {
+					msg = fmt.Sprintf("rule %q is false", r.expr)
+				}
+				errs = append(errs, FieldError{Field: r.field, Rule: r.source, Message: msg})
 			}
-			errs = append(errs, FieldError{Field: r.field, Rule: r.source, Message: msg})
 		}
 	}
 	switch o := obj.(type) {
