@@ -199,7 +199,9 @@ func New(cfg Config) (*Simulator, error) {
 	}
 	// No watch follows the store (the view is fed by Observe), so it
 	// keeps one change set: memory goes with what runs, not what ran.
-	store, err := memstore.NewWithConfig(memstore.Config{Now: func() time.Time { return epoch.Add(s.now) }, DedupeWindow: time.Minute, Retention: 1})
+	// Nothing is lost between the simulator and its store, so no commit
+	// is retried, and the store remembers no outcome (DedupeWindow 0).
+	store, err := memstore.NewWithConfig(memstore.Config{Now: func() time.Time { return epoch.Add(s.now) }, Retention: 1})
 	if err != nil {
 		return nil, err
 	}
