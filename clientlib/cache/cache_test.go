@@ -2,6 +2,7 @@ package cache
 
 import (
 	"fmt"
+	"google.golang.org/protobuf/proto"
 	"testing"
 	"time"
 
@@ -84,7 +85,15 @@ func TestWorkQueueRateLimit(t *testing.T) {
 }
 
 func TestIndexer(t *testing.T) {
-	x := NewIndexer(map[string]IndexFunc[*troupev1.Task]{
+	decode := func(_ string, v []byte, version uint64) (*troupev1.Task, error) {
+		t := &troupev1.Task{}
+		if err := proto.Unmarshal(v, t); err != nil {
+			return nil, err
+		}
+		t.Metadata.Version = version
+		return t, nil
+	}
+	x := NewIndexer(decode, map[string]IndexFunc[*troupev1.Task]{
 		"job": func(t *troupev1.Task) []string {
 			return []string{t.GetMetadata().GetNamespace() + "/" + t.GetSpec().GetJob()}
 		},
@@ -97,9 +106,18 @@ func TestIndexer(t *testing.T) {
 		}
 		return tk
 	}
-	x.set("/tasks/ns/a/0", task("a", 0, ""), 10)
-	x.set("/tasks/ns/a/1", task("a", 1, "m1"), 10)
-	x.set("/tasks/ns/b/0", task("b", 0, "m1"), 10)
+	size := map[string]int{}
+	set := func(key string, tk *troupev1.Task, version uint64) {
+		b, err := proto.Marshal(tk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		size[key] = len(b)
+		x.set(key, tk, b, version)
+	}
+	set("/tasks/ns/a/0", task("a", 0, ""), 1)
+	set("/tasks/ns/a/1", task("a", 1, "m1"), 2)
+	set("/tasks/ns/b/0", task("b", 0, "m1"), 3)
 	if got := x.IndexKeys("job", "ns/a"); fmt.Sprint(got) != "[/tasks/ns/a/0 /tasks/ns/a/1]" {
 		t.Fatalf("tasks of a: %v", got)
 	}
@@ -107,7 +125,7 @@ func TestIndexer(t *testing.T) {
 		t.Fatalf("tasks on m1: %v", got)
 	}
 	// Rebinding moves the task between index values.
-	x.set("/tasks/ns/b/0", task("b", 0, "m2"), 10)
+	set("/tasks/ns/b/0", task("b", 0, "m2"), 4)
 	if got := x.IndexKeys("machine", "m1"); fmt.Sprint(got) != "[/tasks/ns/a/1]" {
 		t.Fatalf("m1 after rebinding: %v", got)
 	}
@@ -121,8 +139,11 @@ func TestIndexer(t *testing.T) {
 	if x.Len() != 2 || len(x.IndexKeys("machine", "m1")) != 0 || len(x.ByIndex("job", "ns/a")) != 1 {
 		t.Fatalf("after delete: len %d", x.Len())
 	}
-	if x.Bytes() != 20 {
-		t.Fatalf("%d bytes held, want 20", x.Bytes())
+	if want := size["/tasks/ns/a/0"] + size["/tasks/ns/b/0"]; x.Bytes() != want {
+		t.Fatalf("%d bytes held, want %d", x.Bytes(), want)
+	}
+	if got, ok := x.Get("/tasks/ns/b/0"); !ok || got.GetMetadata().GetVersion() != 4 || got.GetBinding().GetMachine() != "m2" {
+		t.Fatalf("Get: %v, %v; want the task at version 4 on m2", got, ok)
 	}
 }
 

@@ -1,6 +1,8 @@
 package cache
 
 import (
+	"bytes"
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -11,29 +13,38 @@ import (
 // IndexFunc returns the index values of an object (none: not indexed).
 type IndexFunc[T proto.Message] func(obj T) []string
 
+// DecodeFunc turns a stored key and value into an object, version filled
+// in.
+type DecodeFunc[T proto.Message] func(key string, value []byte, version uint64) (T, error)
+
 // Indexer is a cache's store: objects by key, and secondary indexes. It
-// keeps its own copies and hands out copies, so no caller can change what
-// it holds (the Informer's handlers alone see its objects themselves).
-// Safe for concurrent use.
+// holds each object as the store encodes it, a fraction of the memory of
+// the decoded message (a task's maps alone take more than its
+// encoding), and decodes it for each reader: every object handed out is
+// a new one, so no caller can change what it holds. Safe for concurrent
+// use.
 type Indexer[T proto.Message] struct {
 	mu      sync.RWMutex
-	objects map[string]T
+	decode  DecodeFunc[T]
+	entries map[string]entry
 	funcs   map[string]IndexFunc[T]
 	indexes map[string]map[string]map[string]struct{} // index → value → keys
-	meta    map[string]keyMeta
-	names   []string // of the indexes, sorted
+	names   []string                                  // of the indexes, sorted
 	bytes   int
 }
 
-// keyMeta is what the Indexer remembers of a key besides its object.
-type keyMeta struct {
-	size   int        // encoded size
-	values [][]string // index values, in the order of names
+// entry is what the Indexer holds of a key: its object's encoding and
+// version, and its index values (in the order of names).
+type entry struct {
+	value   []byte
+	version uint64
+	values  [][]string
 }
 
-// NewIndexer returns an empty Indexer with the given indexes.
-func NewIndexer[T proto.Message](indexes map[string]IndexFunc[T]) *Indexer[T] {
-	x := &Indexer[T]{objects: map[string]T{}, funcs: indexes, indexes: map[string]map[string]map[string]struct{}{}, meta: map[string]keyMeta{}}
+// NewIndexer returns an empty Indexer that decodes its objects with
+// decode and keeps the given indexes.
+func NewIndexer[T proto.Message](decode DecodeFunc[T], indexes map[string]IndexFunc[T]) *Indexer[T] {
+	x := &Indexer[T]{decode: decode, entries: map[string]entry{}, funcs: indexes, indexes: map[string]map[string]map[string]struct{}{}}
 	for name := range indexes {
 		x.indexes[name] = map[string]map[string]struct{}{}
 		x.names = append(x.names, name)
@@ -42,22 +53,27 @@ func NewIndexer[T proto.Message](indexes map[string]IndexFunc[T]) *Indexer[T] {
 	return x
 }
 
-// set stores obj, of encoded size bytes, at key (the Informer calls it;
-// obj is not retained by anyone else). Index entries that stay the same
-// (a task's job, usually) are left alone.
-func (x *Indexer[T]) set(key string, obj T, size int) {
+// set stores obj, decoded from value at version, at key (the Informer
+// calls it). It keeps a copy of value: a response's buffer, or a store's
+// own record, is not pinned. Index entries that stay the same (a task's
+// job, usually) are left alone.
+func (x *Indexer[T]) set(key string, obj T, value []byte, version uint64) {
+	value = bytes.Clone(value)
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	old, existed := x.meta[key]
-	x.objects[key] = obj
-	x.bytes += size - old.size
-	m := keyMeta{size: size, values: make([][]string, len(x.names))}
+	old, existed := x.entries[key]
+	x.bytes += len(value) - len(old.value)
+	e := entry{value: value, version: version}
+	if len(x.names) > 0 {
+		e.values = make([][]string, len(x.names))
+	}
 	for i, name := range x.names {
 		vs := x.funcs[name](obj)
-		m.values[i] = vs
 		if existed && slices.Equal(vs, old.values[i]) {
+			e.values[i] = old.values[i]
 			continue
 		}
+		e.values[i] = vs
 		if existed {
 			x.unindex(name, key, old.values[i])
 		}
@@ -70,7 +86,7 @@ func (x *Indexer[T]) set(key string, obj T, size int) {
 			set[key] = struct{}{}
 		}
 	}
-	x.meta[key] = m
+	x.entries[key] = e
 }
 
 // unindex removes key from the sets of index name's values.
@@ -88,63 +104,63 @@ func (x *Indexer[T]) unindex(name, key string, values []string) {
 func (x *Indexer[T]) delete(key string) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	x.remove(key)
-}
-
-func (x *Indexer[T]) remove(key string) {
-	m, ok := x.meta[key]
+	e, ok := x.entries[key]
 	if !ok {
 		return
 	}
-	x.bytes -= m.size
-	for i, vs := range m.values {
+	x.bytes -= len(e.value)
+	for i, vs := range e.values {
 		x.unindex(x.names[i], key, vs)
 	}
-	delete(x.meta, key)
-	delete(x.objects, key)
+	delete(x.entries, key)
 }
 
-// peek returns the object at key itself, not a copy: for the Informer,
-// which hands it to handlers as read-only.
-func (x *Indexer[T]) peek(key string) (T, bool) {
+// version returns the version of the object at key.
+func (x *Indexer[T]) version(key string) (uint64, bool) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	obj, ok := x.objects[key]
-	return obj, ok
+	e, ok := x.entries[key]
+	return e.version, ok
 }
 
-// Get returns a copy of the object at key.
+// Get returns the object at key (a new one).
 func (x *Indexer[T]) Get(key string) (T, bool) {
 	x.mu.RLock()
-	defer x.mu.RUnlock()
-	obj, ok := x.objects[key]
+	e, ok := x.entries[key]
+	x.mu.RUnlock()
 	if !ok {
 		var zero T
 		return zero, false
 	}
-	return proto.Clone(obj).(T), true
+	return x.object(key, e), true
+}
+
+// object decodes entry e of key. The value decoded when it was stored,
+// and decoding is deterministic, so it cannot fail.
+func (x *Indexer[T]) object(key string, e entry) T {
+	obj, err := x.decode(key, e.value, e.version)
+	if err != nil {
+		panic(fmt.Sprintf("cache: the value held at %s, decoded once, no longer decodes: %v", key, err))
+	}
+	return obj
 }
 
 // Keys returns every key, sorted.
 func (x *Indexer[T]) Keys() []string {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	return slices.Sorted(maps.Keys(x.objects))
+	return slices.Sorted(maps.Keys(x.entries))
 }
 
-// List returns copies of every object, in key order.
+// List returns every object (new ones), in key order.
 func (x *Indexer[T]) List() []T {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
-	return x.copies(slices.Sorted(maps.Keys(x.objects)))
+	return x.objects(x.Keys())
 }
 
-// ByIndex returns copies of the objects whose index has value, in key
+// ByIndex returns the objects (new ones) whose index has value, in key
 // order.
 func (x *Indexer[T]) ByIndex(index, value string) []T {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
-	return x.copies(slices.Sorted(maps.Keys(x.indexes[index][value])))
+	return x.objects(x.IndexKeys(index, value))
 }
 
 // IndexKeys returns the keys of the objects whose index has value, sorted.
@@ -154,10 +170,20 @@ func (x *Indexer[T]) IndexKeys(index, value string) []string {
 	return slices.Sorted(maps.Keys(x.indexes[index][value]))
 }
 
-func (x *Indexer[T]) copies(keys []string) []T {
-	out := make([]T, len(keys))
-	for i, k := range keys {
-		out[i] = proto.Clone(x.objects[k]).(T)
+// objects returns the objects at keys that are held, in order.
+func (x *Indexer[T]) objects(keys []string) []T {
+	x.mu.RLock()
+	es := make([]entry, 0, len(keys))
+	held := keys[:0:0]
+	for _, k := range keys {
+		if e, ok := x.entries[k]; ok {
+			es, held = append(es, e), append(held, k)
+		}
+	}
+	x.mu.RUnlock()
+	out := make([]T, len(es))
+	for i, e := range es {
+		out[i] = x.object(held[i], e)
 	}
 	return out
 }
@@ -166,11 +192,11 @@ func (x *Indexer[T]) copies(keys []string) []T {
 func (x *Indexer[T]) Len() int {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	return len(x.objects)
+	return len(x.entries)
 }
 
-// Bytes is the encoded size of the objects held (a lower bound of the
-// memory they take).
+// Bytes is the encoded size of the objects held (what the Indexer keeps
+// of them, without its keys and indexes).
 func (x *Indexer[T]) Bytes() int {
 	x.mu.RLock()
 	defer x.mu.RUnlock()

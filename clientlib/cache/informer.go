@@ -30,7 +30,7 @@ type InformerConfig[T Object] struct {
 	IsCompacted func(error) bool
 	// Decode turns a stored key and value into an object (version filled
 	// in). A value it refuses is skipped (see Handler.OnUnreadable).
-	Decode  func(key string, value []byte, version uint64) (T, error)
+	Decode  DecodeFunc[T]
 	Indexes map[string]IndexFunc[T]
 	// RetryDelay is the pause before listing again after a failed list or
 	// a broken watch.
@@ -40,9 +40,9 @@ type InformerConfig[T Object] struct {
 
 // Handler is called for changes of the cache, in order, from the
 // Informer's goroutine. Handlers should only enqueue keys (see WorkQueue)
-// or keep what they read: the objects they get are the cache's own,
-// shared and read-only (clone one to change it).
-// Objects passed are copies.
+// or keep what they read. The objects they get are theirs (decoded for
+// them; the cache holds encodings), but shared by every handler of the
+// informer: clone one to change it.
 type Handler[T Object] struct {
 	OnAdd    func(key string, obj T)
 	OnUpdate func(key string, old, cur T)
@@ -62,6 +62,7 @@ type Informer[T Object] struct {
 	cfg      InformerConfig[T]
 	indexer  *Indexer[T]
 	handlers []Handler[T]
+	wantsOld bool // a handler is told of updates or deletions, with the old object
 
 	mu sync.Mutex // guards unreadable
 	// unreadable are the values skipped, by key.
@@ -83,7 +84,7 @@ func NewInformer[T Object](cfg InformerConfig[T]) *Informer[T] {
 	if cfg.RetryDelay <= 0 {
 		cfg.RetryDelay = 100 * time.Millisecond
 	}
-	return &Informer[T]{cfg: cfg, indexer: NewIndexer(cfg.Indexes), unreadable: map[string]skipped{}, syncedCh: make(chan struct{})}
+	return &Informer[T]{cfg: cfg, indexer: NewIndexer(cfg.Decode, cfg.Indexes), unreadable: map[string]skipped{}, syncedCh: make(chan struct{})}
 }
 
 // skipped is a value Decode refused: its version and why.
@@ -93,7 +94,10 @@ type skipped struct {
 }
 
 // AddHandler registers h; call it before Run.
-func (in *Informer[T]) AddHandler(h Handler[T]) { in.handlers = append(in.handlers, h) }
+func (in *Informer[T]) AddHandler(h Handler[T]) {
+	in.handlers = append(in.handlers, h)
+	in.wantsOld = in.wantsOld || h.OnUpdate != nil || h.OnDelete != nil
+}
 
 // Indexer is the cache's store.
 func (in *Informer[T]) Indexer() *Indexer[T] { return in.indexer }
@@ -175,7 +179,7 @@ func (in *Informer[T]) list(ctx context.Context) ([]byte, error) {
 		return nil, err
 	}
 	objs := make(map[string]T, len(kvs))
-	sizes := make(map[string]int, len(kvs))
+	held := make(map[string]*storev1.KeyValue, len(kvs))
 	bad := map[string]skipped{}
 	for _, kv := range kvs {
 		obj, err := in.cfg.Decode(kv.GetKey(), kv.GetValue(), kv.GetVersion())
@@ -183,8 +187,7 @@ func (in *Informer[T]) list(ctx context.Context) ([]byte, error) {
 			bad[kv.GetKey()] = skipped{kv.GetVersion(), err}
 			continue
 		}
-		objs[kv.GetKey()] = obj
-		sizes[kv.GetKey()] = len(kv.GetValue())
+		objs[kv.GetKey()], held[kv.GetKey()] = obj, kv
 	}
 	// Before the handlers run, so that they see the skipped keys.
 	in.mu.Lock()
@@ -193,17 +196,18 @@ func (in *Informer[T]) list(ctx context.Context) ([]byte, error) {
 	in.mu.Unlock()
 	for _, key := range in.indexer.Keys() {
 		if _, ok := objs[key]; !ok {
-			old, _ := in.indexer.peek(key)
+			old, _ := in.old(key)
 			in.indexer.delete(key)
 			in.notifyDelete(key, old)
 		}
 	}
 	for key, obj := range objs {
-		old, existed := in.indexer.peek(key)
-		if existed && version(old) == version(obj) {
+		v, existed := in.indexer.version(key)
+		if existed && v == version(obj) {
 			continue
 		}
-		in.indexer.set(key, obj, sizes[key])
+		old, _ := in.old(key)
+		in.indexer.set(key, obj, held[key].GetValue(), held[key].GetVersion())
 		if existed {
 			in.notifyUpdate(key, old, obj)
 		} else {
@@ -243,13 +247,14 @@ func (in *Informer[T]) watch(ctx context.Context, cursor []byte) error {
 // or skips (a relist may have read past them).
 func (in *Informer[T]) apply(ev *storev1.Event) {
 	key, ver := ev.GetKv().GetKey(), ev.GetKv().GetVersion()
-	old, existed := in.indexer.peek(key)
+	held, existed := in.indexer.version(key)
 	in.mu.Lock()
 	prev, wasBad := in.unreadable[key]
 	in.mu.Unlock()
-	if existed && version(old) >= ver || wasBad && prev.version >= ver {
+	if existed && held >= ver || wasBad && prev.version >= ver {
 		return
 	}
+	old, _ := in.old(key)
 	in.events.Add(1)
 	var obj T
 	var err error
@@ -273,13 +278,23 @@ func (in *Informer[T]) apply(ev *storev1.Event) {
 			in.notifyUnreadable(key, skipped{ver, err})
 		}
 	default:
-		in.indexer.set(key, obj, len(ev.GetKv().GetValue()))
+		in.indexer.set(key, obj, ev.GetKv().GetValue(), ver)
 		if existed {
 			in.notifyUpdate(key, old, obj)
 		} else {
 			in.notifyAdd(key, obj)
 		}
 	}
+}
+
+// old returns the object the cache holds at key for the handlers that
+// are told of its update or deletion (none: not decoded).
+func (in *Informer[T]) old(key string) (T, bool) {
+	if !in.wantsOld {
+		var zero T
+		return zero, false
+	}
+	return in.indexer.Get(key)
 }
 
 func (in *Informer[T]) notifyAdd(key string, obj T) {

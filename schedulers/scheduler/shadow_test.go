@@ -561,6 +561,9 @@ func TestShadowDecidesAsIfInCharge(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if err := store.WaitForWatches(ctx, 3*len(caches)); err != nil { // three informers each: Quiesce waits for open watches only
+		t.Fatal(err)
+	}
 	settle := func() {
 		if err := store.Quiesce(ctx); err != nil {
 			t.Fatal(err)
