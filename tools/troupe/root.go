@@ -104,7 +104,7 @@ edits; --context picks another context.`,
 		root.AddCommand(c)
 	}
 	for _, c := range []*cobra.Command{a.upCommand(), a.storeCommand(), a.agentCommand(), a.schedulerCommand(),
-		a.controllerCommand(), a.certsCommand()} {
+		a.controllerCommand(), a.uiCommand(), a.certsCommand()} {
 		c.GroupID = "roles"
 		root.AddCommand(c)
 	}

@@ -36,7 +36,8 @@ and optionally hollow (simulated) machines. It makes the cell's
 certificates and writes the CLI's context "` + upContext + `" (the store's
 address and the admin's certificate) into the CLI's configuration, as the
 current context: the troupe commands in another shell reach the cell with
-no flags.`,
+no flags. On its HTTP address it serves the store's metrics and, on
+loopback, a read-only web view of the cell at /ui/.`,
 		Example: `  troupe up --hollow 10
   troupe get machines`,
 		Args: noArgs,
@@ -62,7 +63,9 @@ no flags.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			cfg := cell.Config{Version: version, DataDir: dataDir, GRPCAddr: grpcAddr, HTTPAddr: httpAddr, Hollow: hollow, Shards: uint32(shards),
+			// The store serves no HTTP of its own: serveUp serves its
+			// metrics and health at httpAddr beside the web view.
+			cfg := cell.Config{Version: version, DataDir: dataDir, GRPCAddr: grpcAddr, Hollow: hollow, Shards: uint32(shards),
 				HollowCapacity: map[string]int64{"cpu": 16000, "memory": 64 << 30}, TaskUser: taskUser, Insecure: insecure, Logger: log}
 			if execAgent {
 				cfg.ExecMachine, _ = agent.HostMachine()
@@ -74,6 +77,15 @@ no flags.`,
 			}
 			defer c.Stop()
 			c.Node.Registry().MustRegister(buildInfo())
+			web, err := serveUp(ctx, httpAddr, c, insecure, log)
+			if err != nil {
+				return err
+			}
+			defer web.Close()
+			view := fmt.Sprintf("http://%s/ui/ (read-only, for this machine only)", web.Addr)
+			if !web.View {
+				view = "off: --http-addr is not a loopback address (troupe ui serves it over TLS)"
+			}
 			path, err := writeUpContext(a.configPath(config), c, insecure)
 			if err != nil {
 				return err
@@ -83,6 +95,7 @@ no flags.`,
 				security = "insecure: no TLS, no authorization"
 			}
 			fmt.Fprintf(a.out, `Troupe cell up: store at %s (metrics http://%s/metrics), data in %s
+  web view: %s
   security: %s
   CLI: context %q in %s, the current context
   machines: %d (exec agent for this host: %v, hollow: %d)
@@ -92,12 +105,14 @@ Try:
   bin/troupe get jobs
   bin/troupe get tasks
 Stop with Ctrl-C.
-`, c.Node.GRPCAddr(), c.Node.HTTPAddr(), dataDir, security, upContext, path, hollow+btoi(execAgent), execAgent, hollow)
+`, c.Node.GRPCAddr(), web.Addr, dataDir, view, security, upContext, path, hollow+btoi(execAgent), execAgent, hollow)
 			select {
 			case <-ctx.Done():
 				fmt.Fprintln(a.out, "troupe up: shutting down")
 				return nil
 			case err := <-c.Errors():
+				return err
+			case err := <-web.Errors:
 				return err
 			}
 		},
@@ -105,7 +120,7 @@ Stop with Ctrl-C.
 	fs := cmd.Flags()
 	fs.StringVar(&dataDir, "data-dir", "", "store and task data (default: a new temporary directory)")
 	fs.StringVar(&grpcAddr, "grpc-addr", defaultEndpoint, "store gRPC address")
-	fs.StringVar(&httpAddr, "http-addr", "127.0.0.1:7200", "health and metrics address")
+	fs.StringVar(&httpAddr, "http-addr", "127.0.0.1:7200", "address of the web view (/ui/, on loopback only), /metrics and /healthz")
 	fs.IntVar(&hollow, "hollow", 0, "simulated machines to add (16 cores, 64 GiB each)")
 	fs.UintVar(&shards, "shards", 1, "store shards, fixed when the data directory is created (on one machine, 1 is fastest; see DESIGN.md)")
 	fs.BoolVar(&execAgent, "exec", true, "run an exec agent for this host")
