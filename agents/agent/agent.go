@@ -5,6 +5,14 @@
 // /runs/<m>/...), which is what makes per-machine authorization a prefix
 // rule.
 //
+// Each Binding is one placement of a task (its attempt, bound at its
+// bound_at), and its Run names it (Run.bound_at): a preempted task keeps
+// its attempt and may be placed again on the machine it was evicted from,
+// at the same Run key. A binding of another placement replaces the one
+// the agent runs for the task, and starts once that one has ended, so
+// that the evicted placement's last report is never written after the
+// new one's.
+//
 // Restarts are shared with the job controller. The agent restarts a
 // task's process in place as the task's restart policy says (ALWAYS: after
 // any exit, ON_FAILURE: after a non-zero one), with an exponential
@@ -274,7 +282,10 @@ func (a *Agent) report(ctx context.Context, b *troupev1.Binding, run *troupev1.R
 func (a *Agent) reportIf(ctx context.Context, b *troupev1.Binding, run *troupev1.Run, also func(*clientlib.Group)) error {
 	run = proto.Clone(run).(*troupev1.Run)
 	run.Metadata = &troupev1.ObjectMeta{Name: b.GetMetadata().GetName()}
-	run.Machine, run.Attempt = a.cfg.Machine, b.GetTask().GetAttempt()
+	// The run names the placement it is of (machine, attempt, bound_at),
+	// so that a report of an earlier placement of the same attempt on this
+	// machine is never taken for this one's.
+	run.Machine, run.Attempt, run.BoundAt = a.cfg.Machine, b.GetTask().GetAttempt(), b.GetBoundAt()
 	var err error
 	for range 5 {
 		err = write(ctx, a, clientlib.Runs, run, nil, also)

@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/troupe-cluster/troupe/agents/agent"
 	"github.com/troupe-cluster/troupe/agents/runtime"
@@ -147,6 +148,90 @@ func TestAgentOverMemstore(t *testing.T) {
 	select {
 	case tm := <-runs:
 		t.Fatalf("a stopped task was started again (%v)", tm.d)
+	default:
+	}
+}
+
+// A task placed again on the machine, with the same attempt (a preempted
+// task keeps its attempt), is a new placement: the agent runs it again,
+// after the evicted placement has ended, and each Run names its placement
+// by its binding's bound_at, so that the job controller never takes the
+// evicted placement's for the new one's. A binding that changes to
+// another placement without a deletion seen in between (a cache that
+// relisted) replaces the placement it runs too; the replaced one reports
+// nothing more. Every wait is on the store's commits or the runtime's
+// timers.
+func TestPlacedAgainOnTheSameMachine(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	s := memstore.New(time.Now, time.Minute)
+	commits := memstoretest.WatchCommits(s)
+	runs := make(timers, 16)
+	a, err := agent.New(s, agent.Config{Machine: "m", Capacity: map[string]int64{"cpu": 1000, "memory": 1 << 30},
+		Runtime: &runtime.Sim{After: runs.After}, LeaseDuration: 2 * time.Hour, RenewInterval: time.Hour, StopGrace: time.Second,
+		Now: time.Now, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	epoch := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	binding := func(boundAt time.Duration) *troupev1.Binding {
+		return &troupev1.Binding{Metadata: &troupev1.ObjectMeta{Name: "ns/p/0"}, Machine: "m", BoundAt: timestamppb.New(epoch.Add(boundAt)),
+			Task: &troupev1.TaskSpec{Job: "p", Type: troupev1.JobType_JOB_TYPE_BATCH, Template: &troupev1.TaskTemplate{Command: "x"}}}
+	}
+	run := func(what string, boundAt time.Duration, phase troupev1.RunPhase) {
+		t.Helper()
+		commits.Until(ctx, t, what, func() error {
+			r, err := clientlib.Get(ctx, s, clientlib.Runs, "/runs/m/ns/p/0")
+			if err != nil {
+				return err
+			}
+			if !r.GetBoundAt().AsTime().Equal(epoch.Add(boundAt)) || r.GetPhase() != phase || r.GetAttempt() != 0 {
+				return fmt.Errorf("run %v", r)
+			}
+			return nil
+		})
+	}
+
+	// Placed at +0s, evicted: KILLED.
+	b, err := clientlib.Create(ctx, s, clientlib.Bindings, binding(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nextTimer(ctx, t, runs)
+	run("the first placement runs", 0, troupev1.RunPhase_RUN_PHASE_RUNNING)
+	if err := clientlib.Delete(ctx, s, clientlib.Bindings, b); err != nil {
+		t.Fatal(err)
+	}
+	run("the first placement killed", 0, troupev1.RunPhase_RUN_PHASE_KILLED)
+
+	// Placed again at +1s, the same attempt: it runs again.
+	b, err = clientlib.Create(ctx, s, clientlib.Bindings, binding(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nextTimer(ctx, t, runs)
+	run("the second placement runs", time.Second, troupev1.RunPhase_RUN_PHASE_RUNNING)
+
+	// The binding becomes a third placement, at +2s, in one write: the
+	// second is stopped and the third runs, to its end.
+	next := binding(2 * time.Second)
+	next.Metadata = b.GetMetadata()
+	if _, err := clientlib.Update(ctx, s, clientlib.Bindings, next); err != nil {
+		t.Fatal(err)
+	}
+	end := nextTimer(ctx, t, runs)
+	run("the third placement runs", 2*time.Second, troupev1.RunPhase_RUN_PHASE_RUNNING)
+	end.fire <- time.Time{}
+	run("the third placement succeeded", 2*time.Second, troupev1.RunPhase_RUN_PHASE_SUCCEEDED)
+	select {
+	case tm := <-runs:
+		t.Fatalf("a placement was started again (%v)", tm.d)
 	default:
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/troupe-cluster/troupe/agents/runtime"
@@ -16,14 +17,22 @@ import (
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 )
 
-// task is one attempt of a task that the agent runs: its process,
-// restarted in place as its restart policy says, until it ends for good
-// or its binding goes away. Only the agent's current task of a ref
-// reports its Run.
+// task is one placement of a task that the agent runs (a Binding: the
+// task's attempt, bound at its bound_at): its process, restarted in place
+// as its restart policy says, until it ends for good or its binding goes
+// away. Only the agent's current task of a ref reports its Run, and it
+// starts only once the task it replaced has ended (prev), so that no
+// report of an earlier placement lands after its own.
 type task struct {
 	attempt  int32
+	boundAt  *timestamppb.Timestamp
 	stopped  chan struct{} // closed when the binding is gone
 	stopOnce sync.Once
+	// done is closed when the task's goroutine has ended: it reports
+	// nothing more.
+	done chan struct{}
+	// prev is the task of the same ref that this one replaced (nil: none).
+	prev *task
 
 	mu   sync.Mutex
 	proc runtime.Process // the running process; nil between runs
@@ -59,19 +68,31 @@ func (t *task) setProc(p runtime.Process, grace time.Duration) {
 	}
 }
 
-// start runs the task of binding b unless it already runs that attempt; a
-// binding of another attempt replaces the one it runs.
+// samePlacement reports whether t runs binding b's placement: the same
+// attempt, bound at the same time (see Run.bound_at).
+func (t *task) samePlacement(b *troupev1.Binding) bool {
+	return t.attempt == b.GetTask().GetAttempt() && proto.Equal(t.boundAt, b.GetBoundAt())
+}
+
+// start runs the task of binding b unless it already runs that placement;
+// a binding of another placement (another attempt, or the same attempt
+// placed again: a preempted task can come back to the machine it was
+// evicted from, and a relisted cache may show that as an update) replaces
+// the one it runs. The new task starts once the one it replaces has ended.
 func (a *Agent) start(ctx context.Context, b *troupev1.Binding) {
-	ref, attempt := b.GetMetadata().GetName(), b.GetTask().GetAttempt()
+	ref := b.GetMetadata().GetName()
 	a.mu.Lock()
 	cur, ok := a.running[ref]
 	// Once ctx has ended (checked under mu, which stopAll holds), no task
 	// starts: Run waits for the ones it stopped.
-	if ctx.Err() != nil || ok && cur.attempt == attempt && !cur.isStopped() {
+	if ctx.Err() != nil || ok && cur.samePlacement(b) && !cur.isStopped() {
 		a.mu.Unlock()
 		return
 	}
-	t := &task{attempt: attempt, stopped: make(chan struct{})}
+	t := &task{attempt: b.GetTask().GetAttempt(), boundAt: b.GetBoundAt(), stopped: make(chan struct{}), done: make(chan struct{})}
+	if ok {
+		t.prev = cur
+	}
 	a.running[ref] = t
 	a.tasks.Add(1)
 	a.mu.Unlock()
@@ -111,9 +132,17 @@ func (a *Agent) current(ref string, t *task) bool {
 // or KILLED with the last exit. A task that ends because the agent is
 // going away is not reported: the machine's lease runs out and the node
 // lifecycle controller takes its tasks away, as for a crashed machine.
+//
+// It first waits for the task it replaced, if any, to end (stopped when
+// it was replaced, it ends within the grace period): two placements of a
+// task never run at once on the machine, and the Run a late report of the
+// earlier one writes is written over by this one's, never the reverse. A
+// task whose binding goes while it waits never starts, and reports
+// nothing.
 func (a *Agent) run(ctx context.Context, b *troupev1.Binding, t *task) {
 	ref := b.GetMetadata().GetName()
 	defer a.tasks.Done()
+	defer close(t.done)
 	defer func() {
 		a.mu.Lock()
 		if a.running[ref] == t {
@@ -121,6 +150,17 @@ func (a *Agent) run(ctx context.Context, b *troupev1.Binding, t *task) {
 		}
 		a.mu.Unlock()
 	}()
+	if t.prev != nil {
+		select {
+		case <-t.prev.done:
+		case <-ctx.Done():
+			return
+		}
+		t.prev = nil // not kept alive by its successor
+		if t.isStopped() {
+			return
+		}
+	}
 	report := func(run *troupev1.Run) {
 		if ctx.Err() == nil && a.current(ref, t) {
 			a.report(ctx, b, run)

@@ -274,7 +274,9 @@ func (ctl *Controller) judge(job *troupev1.Job) []clientlib.FieldError {
 	return nil
 }
 
-// runOf returns the Run of bound task t's current machine, if cached.
+// runOf returns the Run at bound task t's machine's key, if cached: maybe
+// of an earlier placement of the task there, which Observe ignores
+// (OfPlacement).
 func (ctl *Controller) runOf(t *troupev1.Task) *troupev1.Run {
 	m := t.GetBinding().GetMachine()
 	if m == "" {

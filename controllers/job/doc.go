@@ -19,7 +19,11 @@
 //   - It follows each bound task's Run (written by the machine's agent):
 //     a running task is marked RUNNING; a finished one is unbound (its
 //     Binding deleted, its machine's counters given back) and marked
-//     SUCCEEDED or FAILED.
+//     SUCCEEDED or FAILED. Only a Run of the task's current placement
+//     counts (OfPlacement: its attempt and its binding's bound_at): a
+//     task preempted and placed again on the same machine keeps its
+//     attempt, and the Run there is the evicted placement's until the
+//     agent reports the new one.
 //   - Restarts are shared with the agents. A task carries its job's
 //     restart policy (ALWAYS taken as ON_FAILURE for batch jobs),
 //     max_retries and retry_backoff, and under ON_FAILURE or ALWAYS its

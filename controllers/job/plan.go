@@ -186,14 +186,14 @@ func (c Changes) Summary(updated, created int) []Event {
 // Observe returns the write that brings bound task t's status in line
 // with run, the Run its machine's agent reports for it (nil: none yet),
 // or nil when there is nothing to write: t is not bound, the run is of
-// another attempt or has not started, or t already says what it says.
-// A running task is marked RUNNING with its restarts, last exit and
-// reason; a finished one is unbound and marked SUCCEEDED or FAILED (a
-// killed run fails it too), with a Failed event.
+// another placement (OfPlacement) or has not started, or t already says
+// what it says. A running task is marked RUNNING with its restarts, last
+// exit and reason; a finished one is unbound and marked SUCCEEDED or
+// FAILED (a killed run fails it too), with a Failed event.
 func Observe(t *troupev1.Task, run *troupev1.Run) *TaskUpdate {
 	m := t.GetBinding().GetMachine()
-	if m == "" || run == nil || run.GetAttempt() != t.GetSpec().GetAttempt() {
-		return nil // not bound, not started yet, or a run of an earlier attempt
+	if m == "" || run == nil || !OfPlacement(run, t) {
+		return nil // not bound, not started yet, or a run of an earlier placement
 	}
 	switch run.GetPhase() {
 	case troupev1.RunPhase_RUN_PHASE_RUNNING:
@@ -219,6 +219,21 @@ func Observe(t *troupev1.Task, run *troupev1.Run) *TaskUpdate {
 			Events: []Event{taskEvent(t, clientlib.EventWarning, "Failed", "%s", msg)}}
 	}
 	return nil
+}
+
+// OfPlacement reports whether run, read at bound task t's machine's key,
+// is of t's current placement: of its attempt and, when the run says (all
+// but those of agents older than Run.bound_at), of its binding's
+// bound_at. A preempted task goes back to pending with its attempt, and
+// may be placed again on the machine it was evicted from; the Run there
+// is then its eviction's (KILLED), or a late report of the evicted
+// placement, until the agent reports the new one. Taking it for the new
+// placement's would fail the task, or mark it running before it runs.
+func OfPlacement(run *troupev1.Run, t *troupev1.Task) bool {
+	if run.GetAttempt() != t.GetSpec().GetAttempt() {
+		return false
+	}
+	return run.GetBoundAt() == nil || proto.Equal(run.GetBoundAt(), t.GetBinding().GetBoundAt())
 }
 
 // Plan decides what one job needs, at now: the tasks to create, stop,

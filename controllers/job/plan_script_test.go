@@ -39,10 +39,17 @@ package job_test
 //	bind index=I machine=M
 //	    A scheduler binds task I to machine M (phase BOUND).
 //	run index=I phase=starting|running|succeeded|failed|killed [exit=N] [restarts=N]
-//	    [reason=WORD] [attempt=N] [healthy]
-//	    Task I's agent reports its Run (of the task's attempt unless
-//	    attempt= says otherwise); a final phase has finished now;
-//	    healthy: its health check passes.
+//	    [reason=WORD] [attempt=N] [healthy] [legacy]
+//	    Task I's agent reports its Run (of the task's placement: its
+//	    attempt, unless attempt= says otherwise, and its binding's
+//	    bound_at, printed as bound=); a final phase has finished now;
+//	    healthy: its health check passes; legacy: the agent is older than
+//	    Run.bound_at, and its run names no bound_at.
+//	preempt index=I by=KEY [unreported]
+//	    A scheduler evicts task I for task KEY, as its commit does (the
+//	    task back to PENDING, "preempted by KEY", unbound, its attempt
+//	    kept), and its machine's agent reports the evicted placement's Run
+//	    KILLED (exit 137, "stopped"); unreported: not yet.
 //	lose machine=M
 //	    The node controller releases the tasks bound to M: unbound, LOST.
 //	task index=I [phase=P] [attempt=N] [exit=N] [reason=WORD] [finished=DUR]
@@ -122,6 +129,7 @@ var jobCommands = map[string]func(*jobScript, *scripttest.Args) string{
 	"delete-job":  (*jobScript).cmdDeleteJob,
 	"bind":        (*jobScript).cmdBind,
 	"run":         (*jobScript).cmdRun,
+	"preempt":     (*jobScript).cmdPreempt,
 	"lose":        (*jobScript).cmdLose,
 	"task":        (*jobScript).cmdTask,
 	"delete-task": (*jobScript).cmdDeleteTask,
@@ -273,8 +281,12 @@ func (s *jobScript) cmdRun(a *scripttest.Args) string {
 	key := fmt.Sprintf("%s/%d", m, t.GetSpec().GetIndex())
 	r := &troupev1.Run{Metadata: &troupev1.ObjectMeta{Name: clientlib.TaskRef("ns", t.GetSpec().GetJob(), t.GetSpec().GetIndex())},
 		Machine: m, Phase: phase, ExitCode: a.Int("exit", 0), Reason: a.Str("reason", ""), Restarts: a.Int("restarts", 0),
-		Attempt: a.Int("attempt", t.GetSpec().GetAttempt()), Started: s.now(), Healthy: a.Flag("healthy")}
-	if old, ok := s.runs[key]; ok && old.GetAttempt() == r.GetAttempt() {
+		Attempt: a.Int("attempt", t.GetSpec().GetAttempt()), Started: s.now(), Healthy: a.Flag("healthy"),
+		BoundAt: t.GetBinding().GetBoundAt()}
+	if a.Flag("legacy") {
+		r.BoundAt = nil
+	}
+	if old, ok := s.runs[key]; ok && old.GetAttempt() == r.GetAttempt() && proto.Equal(old.GetBoundAt(), r.GetBoundAt()) {
 		r.Started = old.GetStarted()
 	}
 	switch phase {
@@ -284,6 +296,26 @@ func (s *jobScript) cmdRun(a *scripttest.Args) string {
 	r.Metadata.Version = s.nextVersion()
 	s.runs[key] = r
 	return describeRun(r)
+}
+
+func (s *jobScript) cmdPreempt(a *scripttest.Args) string {
+	t := s.task(a)
+	m := t.GetBinding().GetMachine()
+	if m == "" {
+		a.Fatalf("task %s is not bound", t.GetMetadata().GetName())
+	}
+	key := fmt.Sprintf("%s/%d", m, t.GetSpec().GetIndex())
+	var out []string
+	if r, ok := s.runs[key]; ok && job.OfPlacement(r, t) && !a.Flag("unreported") {
+		r = proto.Clone(r).(*troupev1.Run)
+		r.Phase, r.ExitCode, r.Reason, r.Finished = troupev1.RunPhase_RUN_PHASE_KILLED, 137, "stopped", s.now()
+		r.Metadata.Version = s.nextVersion()
+		s.runs[key] = r
+		out = append(out, describeRun(r))
+	}
+	t.Binding = nil
+	t.Status = &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_PENDING, Reason: "preempted by " + a.Required("by")}
+	return strings.Join(append([]string{s.put(t)}, out...), "\n")
 }
 
 func (s *jobScript) cmdLose(a *scripttest.Args) string {
@@ -573,7 +605,11 @@ func describeSpec(s *troupev1.TaskSpec) string {
 }
 
 func describeRun(r *troupev1.Run) string {
-	line := fmt.Sprintf("run %s on %s attempt=%d %s", r.GetMetadata().GetName(), r.GetMachine(), r.GetAttempt(), lower(r.GetPhase().String(), "RUN_PHASE_"))
+	line := fmt.Sprintf("run %s on %s attempt=%d", r.GetMetadata().GetName(), r.GetMachine(), r.GetAttempt())
+	if r.GetBoundAt() != nil {
+		line += " bound=" + scripttest.At(r.GetBoundAt())
+	}
+	line += " " + lower(r.GetPhase().String(), "RUN_PHASE_")
 	if r.GetExitCode() != 0 {
 		line += fmt.Sprintf(" exit=%d", r.GetExitCode())
 	}

@@ -321,12 +321,14 @@ func drain(t *testing.T, src workload.Source) []workload.Job {
 // cores that fits nowhere; a production service of two 2-core tasks
 // then preempts four of them, which go back to the batch scheduler
 // (preempted and decided again, in its measures, though its jobs are
-// not). In memory they are placed again once the service has ended;
-// against the store not all of them are, or not for good, when one goes
-// back to the machine it was evicted from: the job controller may read
-// the Run its eviction ended (KILLED, of the same attempt) as the new
-// binding's and fail the task, so the store run's batch placements are
-// not checked.
+// not). In both runs they are placed again once the service has ended,
+// each once, some of them on the machine they were evicted from (where
+// the Run their eviction ended, KILLED, of the same attempt, is not the
+// new placement's: see job.OfPlacement). Only memory's
+// batch placements are checked: against the store the run ends as soon
+// as its monitor sees the last of them bound, which can be before the
+// batch scheduler has counted the decision that bound it (its commit's
+// reply cut off by the run's end), so one placement may go uncounted.
 func TestPrefillList(t *testing.T) {
 	var machines []workload.Machine
 	for i := range 4 {
