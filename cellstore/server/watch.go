@@ -30,11 +30,12 @@ type shardBatch struct {
 	err    error
 }
 
-// Watch implements storev1.StoreServer. One reader goroutine per shard
-// under the prefix follows that shard's history and passes batches to this
-// goroutine, which keeps the cursor and sends. A shard's batches arrive in
-// revision order, so every cursor sent covers exactly what was sent before
-// it.
+// Watch implements storev1.StoreServer. A prefix on one shard is read by
+// this goroutine itself (watchShard); for several, one reader goroutine
+// per shard under the prefix follows that shard's history and passes
+// batches to this goroutine, which keeps the cursor and sends. A shard's
+// batches arrive in revision order, so every cursor sent covers exactly
+// what was sent before it.
 func (s *Server) Watch(req *storev1.WatchRequest, stream storev1.Store_WatchServer) error {
 	ctx := stream.Context()
 	if err := s.admit(ctx, Access{Method: "Watch", Prefix: req.GetPrefix(), PrefixOp: authz.OpWatch}); err != nil {
@@ -50,10 +51,13 @@ func (s *Server) Watch(req *storev1.WatchRequest, stream storev1.Store_WatchServ
 	}
 	s.cfg.Metrics.watchers.Inc()
 	defer s.cfg.Metrics.watchers.Dec()
+	shards := s.router.PrefixShards(req.GetPrefix())
+	if len(shards) == 1 {
+		return s.watchShard(ctx, stream, shards[0], cursor, req.GetPrefix())
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	batches := make(chan shardBatch, 16)
-	shards := s.router.PrefixShards(req.GetPrefix())
 	for _, sh := range shards {
 		go s.followShard(ctx, sh, cursor[sh], req.GetPrefix(), batches)
 	}
@@ -83,11 +87,62 @@ func (s *Server) Watch(req *storev1.WatchRequest, stream storev1.Store_WatchServ
 	}
 }
 
+// watchShard serves a watch whose prefix lies on one shard: the stream's
+// goroutine reads the shard's history itself. Each commit wakes every
+// watcher of the shard, so a reader goroutine between the hub and the
+// stream, as Watch has for several shards, would double the goroutines
+// that run for every commit; with a thousand watchers, the commits' own
+// goroutines queue behind them. The progress ticker is looked at after
+// every batch too, so that a shard busy with changes outside the prefix
+// still moves the client's cursor.
+func (s *Server) watchShard(ctx context.Context, stream storev1.Store_WatchServer, shard uint32, cursor keyspace.Cursor, prefix string) error {
+	ticker := time.NewTicker(s.cfg.ProgressInterval)
+	defer ticker.Stop()
+	progress := func() error {
+		return stream.Send(&storev1.WatchResponse{Cursor: cursor.Encode(), Progress: true})
+	}
+	for {
+		b, wait, err := s.readShard(shard, cursor[shard], prefix)
+		if err != nil {
+			return s.watchError(err, cursor, []uint32{shard})
+		}
+		if wait != nil {
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-ticker.C:
+				if err := progress(); err != nil {
+					return err
+				}
+				continue
+			}
+		}
+		cursor[shard] = b.last
+		if len(b.events) > 0 {
+			if err := stream.Send(&storev1.WatchResponse{Events: b.events, Cursor: cursor.Encode()}); err != nil {
+				return err
+			}
+			s.cfg.Metrics.watchEvents.Add(float64(len(b.events)))
+		}
+		select {
+		case <-ticker.C:
+			if err := progress(); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		default:
+		}
+	}
+}
+
 // followShard reads shard's history after revision from and sends the
 // events under prefix, batch by batch, until ctx ends or an error occurs.
 func (s *Server) followShard(ctx context.Context, shard uint32, from uint64, prefix string, out chan<- shardBatch) {
 	for {
-		entries, wait, err := s.hub.Next(shard, from, maxRevisionsPerBatch)
+		b, wait, err := s.readShard(shard, from, prefix)
 		if err != nil {
 			select {
 			case out <- shardBatch{shard: shard, err: err}:
@@ -103,20 +158,6 @@ func (s *Server) followShard(ctx context.Context, shard uint32, from uint64, pre
 				return
 			}
 		}
-		b := shardBatch{shard: shard}
-		size := 0
-		for _, e := range entries {
-			if size >= maxBatchBytes {
-				break // the rest goes in the next response
-			}
-			for _, ev := range e.Changes.GetEvents() {
-				if strings.HasPrefix(ev.GetKv().GetKey(), prefix) {
-					b.events = append(b.events, &storev1.Event{Type: ev.GetType(), Kv: ev.GetKv(), Shard: shard})
-					size += len(ev.GetKv().GetKey()) + len(ev.GetKv().GetValue())
-				}
-			}
-			b.last = e.Revision
-		}
 		select {
 		case out <- b:
 			from = b.last
@@ -124,6 +165,32 @@ func (s *Server) followShard(ctx context.Context, shard uint32, from uint64, pre
 			return
 		}
 	}
+}
+
+// readShard reads the next revisions of shard after revision from and
+// returns the events under prefix among them, with the last revision
+// read; or, when there are none yet, a channel closed when the shard
+// advances.
+func (s *Server) readShard(shard uint32, from uint64, prefix string) (shardBatch, <-chan struct{}, error) {
+	entries, wait, err := s.hub.Next(shard, from, maxRevisionsPerBatch)
+	if err != nil || wait != nil {
+		return shardBatch{}, wait, err
+	}
+	b := shardBatch{shard: shard}
+	size := 0
+	for _, e := range entries {
+		if size >= maxBatchBytes {
+			break // the rest goes in the next response
+		}
+		for _, ev := range e.Changes.GetEvents() {
+			if strings.HasPrefix(ev.GetKv().GetKey(), prefix) {
+				b.events = append(b.events, &storev1.Event{Type: ev.GetType(), Kv: ev.GetKv(), Shard: shard})
+				size += len(ev.GetKv().GetKey()) + len(ev.GetKv().GetValue())
+			}
+		}
+		b.last = e.Revision
+	}
+	return b, nil, nil
 }
 
 // watchError turns a reader's error into the stream's final status; a

@@ -77,3 +77,44 @@ func TestWatchResponsesAreBounded(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// A watch of a prefix on one shard (read by the stream's goroutine
+// itself) whose shard is busy with changes outside the prefix still moves
+// its client's cursor with progress responses, to the shard's revision.
+func TestWatchOneShardProgressPastOtherChanges(t *testing.T) {
+	s := newTestServer(t, 1, func(c *Config) { c.ProgressInterval = time.Millisecond })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const n = 2*maxRevisionsPerBatch + 10
+	for i := range n {
+		k := fmt.Sprintf("/runs/m2/t%03d", i)
+		if _, err := s.Commit(ctx, &storev1.CommitRequest{TxnId: k, Groups: []*storev1.Group{{Ops: []*storev1.Op{put(k, "v")}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stream := &watchStream{ctx: ctx, out: make(chan *storev1.WatchResponse)}
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Watch(&storev1.WatchRequest{Prefix: "/runs/m1/", Cursor: keyspace.Cursor{0}.Encode()}, stream)
+	}()
+	var last uint64
+	for last < n {
+		select {
+		case r := <-stream.out:
+			if len(r.GetEvents()) != 0 || !r.GetProgress() {
+				t.Fatalf("response %v: want progress only", r)
+			}
+			c, err := keyspace.DecodeCursor(r.GetCursor(), 1)
+			if err != nil || c[0] < last || c[0] > n {
+				t.Fatalf("cursor %v (%v) after %d, shard at %d", c, err, last, n)
+			}
+			last = c[0]
+		case err := <-done:
+			t.Fatalf("watch ended: %v", err)
+		case <-ctx.Done():
+			t.Fatalf("timed out at cursor %d", last)
+		}
+	}
+	cancel()
+	<-done
+}

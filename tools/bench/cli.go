@@ -29,7 +29,7 @@ type Options struct {
 }
 
 // Register defines the options' flags on fs, with defaults (the duration's
-// from $DURATION, else 10s).
+// from $DURATION, else 10s; watch's rate from $WATCH_RATE, else none).
 func (o *Options) Register(fs *flag.FlagSet) error {
 	o.Params = DefaultParams()
 	defDuration := 10 * time.Second
@@ -40,15 +40,26 @@ func (o *Options) Register(fs *flag.FlagSet) error {
 		}
 		defDuration = d
 	}
+	// $WATCH_RATE, as $DURATION, reaches a run through make:
+	// WATCH_RATE=100 make bench-compare WORKLOADS=watch.
+	if env := os.Getenv("WATCH_RATE"); env != "" {
+		r, err := strconv.ParseFloat(env, 64)
+		if err != nil {
+			return fmt.Errorf("WATCH_RATE=%q: %w", env, err)
+		}
+		o.Params.WatchRate = r
+	}
 	fs.DurationVar(&o.Duration, "duration", defDuration, "length of each timed run (default from $DURATION, else 10s)")
-	fs.StringVar(&o.Workloads, "workloads", DefaultWorkloads, "comma-separated workloads to run: seq, cas, place, place4, split4")
+	fs.StringVar(&o.Workloads, "workloads", DefaultWorkloads, "comma-separated workloads to run: seq, cas, place, place4, split4, and watch (not run by default)")
 	fs.IntVar(&o.Replicas, "replicas", 3, "replicas (members) of each system's cell")
 	fs.IntVar(&o.Shards, "shards", 1, "Troupe shards of the cell for every workload but place4 and split4, which get a 4-shard cell (with more than 1, place's groups are mostly cross-shard)")
 	fs.StringVar(&o.Dir, "dir", "", "parent of the temporary data directories (default: the system's temporary directory)")
-	fs.IntVar(&o.Params.Clients, "clients", o.Params.Clients, "concurrent clients of cas, place, place4 and split4")
-	fs.IntVar(&o.Params.Keys, "keys", o.Params.Keys, "keys of cas")
+	fs.IntVar(&o.Params.Clients, "clients", o.Params.Clients, "concurrent clients of cas, place, place4 and split4, and writers of watch")
+	fs.IntVar(&o.Params.Keys, "keys", o.Params.Keys, "keys of cas (and watch)")
 	fs.IntVar(&o.Params.ValueSize, "value-size", o.Params.ValueSize, "value size in bytes")
 	fs.IntVar(&o.Params.Machines, "machines", o.Params.Machines, "machines of place, place4 and split4")
+	fs.IntVar(&o.Params.Watchers, "watchers", o.Params.Watchers, "watchers of watch")
+	fs.Float64Var(&o.Params.WatchRate, "watch-rate", o.Params.WatchRate, "commits a second of watch's writers in all, to compare systems at one rate (default from $WATCH_RATE, else 0: as fast as they go)")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	return nil
 }

@@ -68,4 +68,29 @@
 //     together: one round of parallel proposals on three shards, the least
 //     any cross-shard commit must do. Its ratio to place is the floor of
 //     place4's on the machine at hand.
+//   - watch (not in the default list): Params.Watchers watchers (1,000)
+//     of one prefix, all opened before the timed part from one position
+//     and acknowledged by the system, while Params.Clients writers put
+//     random keys among Params.Keys under it, paced to Params.WatchRate
+//     commits a second in all if set (-watch-rate, $WATCH_RATE: to
+//     compare systems at one commit rate; unpaced, the system whose
+//     watchers lag commits more).
+//     Each value starts with the writer's clock reading just before it
+//     sent the put (same process as the watchers, so the clocks agree);
+//     each watcher takes now minus that stamp for every event it gets:
+//     commit-to-delivery latency, the commit included, kept in a
+//     histogram (1/128 precision). Once the writers stop, every watcher
+//     must deliver through the last commit (or be told it fell behind:
+//     compacted or cancelled) within max(1 min, 3 durations); each watcher's
+//     revisions must rise strictly and cover every committed revision.
+//     Events missing at a watcher that was not told are lost, and lost or
+//     duplicated events fail the run. Systems offer it through
+//     WatchSystem (Troupe: one storev1 Watch stream per watcher, spread
+//     over one connection per endpoint; etcd: clientv3 watches, which
+//     share one gRPC stream per client). Its line is
+//     {"workload":"watch","system":..,"commit_ops_per_sec":..,"commit_p50_ms":..,
+//     "commit_p99_ms":..,"delivery_p50_ms":..,"delivery_p99_ms":..,"events_per_sec":..,
+//     "watchers":..,"watch_connections":..,"watch_streams":..,"behind_told":..,"lost":0},
+//     and its ratio line adds ratio_events (ratio_ops is of commits,
+//     ratio_p99 of delivery p99).
 package bench

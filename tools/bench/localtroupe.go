@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"go.uber.org/zap"
@@ -37,31 +38,80 @@ const (
 // Securities lists them.
 var Securities = []Security{Secure, Unauthorized, Insecure}
 
+// LocalCell describes a Troupe cell started in this process: Replicas
+// store nodes (each a replica of every shard, its own Dragonboat node
+// host, Raft between them over loopback TCP) of Shards shards.
+type LocalCell struct {
+	Replicas, Shards int
+	Security         Security
+	// Network, if set, delays the cell's links and places its leaders.
+	Network Network
+	Logger  *zap.Logger
+}
+
 // StartLocalTroupe starts a Troupe cell of replicas replicas and shards
 // shards in this process, under dir, secured as sec says, and connects to
 // it. close stops both.
 func StartLocalTroupe(ctx context.Context, dir string, replicas, shards int, sec Security, logger *zap.Logger) (sys *Troupe, close func() error, err error) {
-	cfg := localstore.Config{Dir: dir, Replicas: replicas, Shards: shards, Logger: logger, Insecure: sec == Insecure}
-	switch sec {
+	return LocalCell{Replicas: replicas, Shards: shards, Security: sec, Logger: logger}.Start(ctx, dir)
+}
+
+// Start starts the cell under dir and connects to it. close stops both.
+func (lc LocalCell) Start(ctx context.Context, dir string) (sys *Troupe, close func() error, err error) {
+	if err := lc.Network.Check(lc.Replicas); err != nil {
+		return nil, nil, fmt.Errorf("bench: %w", err)
+	}
+	cfg := localstore.Config{Dir: dir, Replicas: lc.Replicas, Shards: lc.Shards, Logger: lc.Logger, Insecure: lc.Security == Insecure}
+	var tunes []func(*node.Config)
+	switch lc.Security {
 	case Secure, Insecure:
 	case Unauthorized:
-		cfg.Tune = func(nc *node.Config) { nc.Rules = authz.AllowAll() }
+		tunes = append(tunes, func(nc *node.Config) { nc.Rules = authz.AllowAll() })
 	default:
-		return nil, nil, fmt.Errorf("bench: security %q is not one of %v", sec, Securities)
+		return nil, nil, fmt.Errorf("bench: security %q is not one of %v", lc.Security, Securities)
+	}
+	links := &delayedLinks{}
+	if lc.Network.RaftDelay > 0 {
+		tunes = append(tunes, links.raftTune(lc.Network.RaftDelay))
+	}
+	if len(tunes) > 0 {
+		cfg.Tune = func(nc *node.Config) {
+			for _, t := range tunes {
+				t(nc)
+			}
+		}
 	}
 	cell, err := localstore.Start(ctx, cfg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("start troupe cell: %w", err)
+		return nil, nil, errors.Join(fmt.Errorf("start troupe cell: %w", err), links.close())
+	}
+	stop := func() error { return errors.Join(cell.Close(), links.close()) }
+	if err := links.failed(); err != nil {
+		return nil, nil, errors.Join(err, stop())
 	}
 	creds, err := cell.Admin()
 	if err != nil {
-		return nil, nil, errors.Join(err, cell.Close())
+		return nil, nil, errors.Join(err, stop())
 	}
-	t, err := ConnectTroupe(ctx, cell.Endpoints(), creds)
+	if lc.Network.LeadersOnOneNode {
+		if err := leadersTo(ctx, cell, 1); err != nil {
+			return nil, nil, errors.Join(err, stop())
+		}
+	}
+	endpoints := cell.Endpoints()
+	if lc.Network.ClientDelay > 0 {
+		if endpoints, err = links.front(endpoints, lc.Network.ClientDelay); err != nil {
+			return nil, nil, errors.Join(err, stop())
+		}
+	}
+	t, err := ConnectTroupe(ctx, endpoints, creds)
 	if err != nil {
-		return nil, nil, errors.Join(err, cell.Close())
+		return nil, nil, errors.Join(err, stop())
 	}
-	return t, func() error { return errors.Join(t.Close(), cell.Close()) }, nil
+	if lc.Network != (Network{}) {
+		fmt.Fprintf(os.Stderr, "troupe: %d nodes, %s; %s\n", lc.Replicas, lc.Network, describeLeaders(cell))
+	}
+	return t, func() error { return errors.Join(t.Close(), stop()) }, nil
 }
 
 // ConnectTroupe connects to the cell at endpoints, presenting creds (nil:

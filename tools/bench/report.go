@@ -24,8 +24,9 @@ import (
 //
 //	{"workload":"place4","vs":"place","system":"troupe","ratio_p50":1.8,"ratio_p99":2.1}
 //
-// with the workload's latencies over the baseline's. A Reporter is not
-// safe for concurrent use.
+// with the workload's latencies over the baseline's. The watch workload
+// has lines of its own (see addWatch). A Reporter is not safe for
+// concurrent use.
 type Reporter struct {
 	out         io.Writer
 	numerator   string
@@ -73,6 +74,9 @@ type vsLine struct {
 // baseline if r completes that pair on Numerator, then the workload's
 // ratio line if r completes the pair of compared systems.
 func (rep *Reporter) Add(r Result) error {
+	if r.Watch != nil {
+		return rep.addWatch(r)
+	}
 	line := resultLine{
 		Workload:  r.Workload,
 		System:    r.System,

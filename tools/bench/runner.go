@@ -59,6 +59,9 @@ type Result struct {
 	Elapsed time.Duration
 	// Latencies is the distribution of the ops' latencies.
 	Latencies Latencies
+	// Watch is what the watch workload measured beyond its commits (its
+	// writers' puts, which Ops and Latencies count); nil for the others.
+	Watch *WatchResult
 }
 
 // OpsPerSec is the throughput of the run (0 when nothing was timed).
@@ -77,6 +80,9 @@ func Run(ctx context.Context, sys System, w Workload, cfg Config) (Result, error
 	res := Result{Workload: w.Name(), System: sys.Name()}
 	if x, ok := w.(CrossShardWorkload); ok {
 		res.Baseline = x.Baseline()
+	}
+	if ww, ok := w.(*watchWorkload); ok {
+		return runWatch(ctx, sys, ww, cfg)
 	}
 	if err := cfg.Validate(); err != nil {
 		return res, err

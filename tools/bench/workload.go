@@ -24,6 +24,10 @@ const (
 // DefaultWorkloads is the list run when none is given.
 const DefaultWorkloads = WorkloadSeq + "," + WorkloadCAS + "," + WorkloadPlace + "," + WorkloadPlace4 + "," + WorkloadSplit4
 
+// KnownWorkloads are all the workloads: the default ones and watch, which
+// runs only when asked for.
+const KnownWorkloads = DefaultWorkloads + "," + WorkloadWatch
+
 // place4Shards is the shard count of the Troupe cell place4 runs on.
 const place4Shards = 4
 
@@ -79,11 +83,17 @@ type Params struct {
 	Machines int
 	// Seed makes the clients' random choices repeatable.
 	Seed uint64
+	// Watchers is the number of watchers of watch (its writers are
+	// Clients clients putting random keys among Keys).
+	Watchers int
+	// WatchRate paces watch's writers to this many commits a second in
+	// all (0: as fast as they go), so that systems compare at one rate.
+	WatchRate float64
 }
 
 // DefaultParams returns the sizes of the comparison benchmark.
 func DefaultParams() Params {
-	return Params{Clients: 64, Keys: 10000, ValueSize: 200, Machines: 1000, Seed: 1}
+	return Params{Clients: 64, Keys: 10000, ValueSize: 200, Machines: 1000, Seed: 1, Watchers: 1000}
 }
 
 // Validate says what is wrong with p, if anything.
@@ -100,6 +110,9 @@ func (p Params) Validate() error {
 	}
 	if p.Machines < 1 {
 		errs = append(errs, fmt.Errorf("bench: Params.Machines is %d, want at least 1", p.Machines))
+	}
+	if p.Watchers < 0 || p.WatchRate < 0 {
+		errs = append(errs, fmt.Errorf("bench: Params.Watchers is %d and Params.WatchRate %v, want 0 or more", p.Watchers, p.WatchRate))
 	}
 	return errors.Join(errs...)
 }
@@ -121,8 +134,13 @@ func NewWorkload(name string, p Params) (Workload, error) {
 		return &place4Workload{placeWorkload{name: name, p: p, value: value, spread: threeShards(name, p)}}, nil
 	case WorkloadSplit4:
 		return &split4Workload{place4Workload{placeWorkload{name: name, p: p, value: value, spread: threeShards(name, p)}}}, nil
+	case WorkloadWatch:
+		if p.Watchers < 1 {
+			return nil, fmt.Errorf("bench: watch needs at least 1 watcher, Params.Watchers is %d", p.Watchers)
+		}
+		return &watchWorkload{p: p, value: randomValue(max(p.ValueSize, stampBytes), p.Seed)}, nil
 	}
-	return nil, fmt.Errorf("bench: unknown workload %q (known: %s)", name, DefaultWorkloads)
+	return nil, fmt.Errorf("bench: unknown workload %q (known: %s)", name, KnownWorkloads)
 }
 
 // ParseWorkloads returns the workloads of a comma-separated list of names.

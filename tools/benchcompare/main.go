@@ -191,6 +191,10 @@ type namedSystem struct {
 
 func (s namedSystem) Name() string { return s.name }
 
+// Unwrap is the system renamed, where bench finds capabilities beyond
+// bench.System (watching).
+func (s namedSystem) Unwrap() bench.System { return s.System }
+
 type namedRetrier struct {
 	namedSystem
 	r retrier

@@ -27,11 +27,13 @@ import (
 func (a *app) benchCommand() *cobra.Command {
 	var (
 		o                  bench.Options
+		network            bench.Network
 		endpoint, security string
 		tf                 tlsFlags
 		goFlags            = flag.NewFlagSet("bench", flag.ContinueOnError)
 	)
 	registerErr := o.Register(goFlags)
+	network.Register(goFlags)
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Run benchmarks (store workloads, cache, schedule)",
@@ -61,11 +63,17 @@ client library's cache, bench schedule the schedulers.`,
 				return err
 			}
 			start := func(ctx context.Context, dir string, shards int) (bench.System, func() error, error) {
-				return bench.StartLocalTroupe(ctx, dir, o.Replicas, shards, bench.Security(security), logger)
+				return bench.LocalCell{Replicas: o.Replicas, Shards: shards, Security: bench.Security(security), Network: network, Logger: logger}.Start(ctx, dir)
 			}
 			if endpoint == "" {
+				if err := network.Check(o.Replicas); err != nil {
+					return err
+				}
 				node.RaiseGOMAXPROCS() // the cell runs in this process
 			} else {
+				if network != (bench.Network{}) {
+					return errors.New("--link-delay, --client-link-delay and --colocate-leaders lay out a cell started in this process, not one at --endpoint")
+				}
 				// An existing cell serves the workloads of its own shard count.
 				start = func(ctx context.Context, _ string, shards int) (bench.System, func() error, error) {
 					creds, err := tf.source("bench", a.errOut)
