@@ -97,18 +97,10 @@ func Run(ctx context.Context, sys System, w Workload, cfg Config) (Result, error
 	}
 
 	n := w.Clients()
-	sessions := make([]Session, 0, n)
-	defer func() {
-		for _, s := range sessions {
-			_ = s.Close()
-		}
-	}()
-	for id := range n {
-		s, err := sys.NewSession(ctx, id)
-		if err != nil {
-			return res, fmt.Errorf("%s/%s: open session %d: %w", sys.Name(), w.Name(), id, err)
-		}
-		sessions = append(sessions, s)
+	sessions, err := openSessions(ctx, sys, w, n)
+	defer closeSessions(sessions)
+	if err != nil {
+		return res, err
 	}
 	if err := w.Prepare(ctx, sessions); err != nil {
 		return res, fmt.Errorf("%s/%s: prepare: %w", sys.Name(), w.Name(), err)
@@ -170,4 +162,25 @@ func Run(ctx context.Context, sys System, w Workload, cfg Config) (Result, error
 		res.System, res.Workload, n, res.Ops, res.Conflicts, res.Elapsed.Round(time.Millisecond),
 		res.Latencies.Mean(), res.Latencies.Max())
 	return res, nil
+}
+
+// openSessions opens n sessions of sys for workload w (client ids 0 to
+// n-1); on an error it returns those it opened, for closeSessions.
+func openSessions(ctx context.Context, sys System, w Workload, n int) ([]Session, error) {
+	sessions := make([]Session, 0, n)
+	for id := range n {
+		s, err := sys.NewSession(ctx, id)
+		if err != nil {
+			return sessions, fmt.Errorf("%s/%s: open session %d: %w", sys.Name(), w.Name(), id, err)
+		}
+		sessions = append(sessions, s)
+	}
+	return sessions, nil
+}
+
+// closeSessions closes sessions.
+func closeSessions(sessions []Session) {
+	for _, s := range sessions {
+		_ = s.Close()
+	}
 }

@@ -205,18 +205,10 @@ func runWatch(ctx context.Context, sys System, w *watchWorkload, cfg Config) (Re
 	}
 
 	n := w.Clients()
-	sessions := make([]Session, 0, n)
-	defer func() {
-		for _, s := range sessions {
-			_ = s.Close()
-		}
-	}()
-	for id := range n {
-		s, err := sys.NewSession(ctx, id)
-		if err != nil {
-			return res, fail("open session %d: %w", id, err)
-		}
-		sessions = append(sessions, s)
+	sessions, err := openSessions(ctx, sys, w, n)
+	defer closeSessions(sessions)
+	if err != nil {
+		return res, err
 	}
 	from, err := ws.WatchStart(ctx, watchPrefix)
 	if err != nil {

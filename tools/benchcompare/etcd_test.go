@@ -16,20 +16,7 @@ import (
 // TestEtcdSession runs bench.CheckSystem and a short run of every
 // workload against a real 3-member embedded cluster.
 func TestEtcdSession(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a 3-member etcd cluster")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	sys, closeSys, err := startEtcd(ctx, t.TempDir(), 3, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := closeSys(); err != nil {
-			t.Error(err)
-		}
-	}()
+	ctx, sys := startTestEtcd(t)
 	if err := bench.CheckSystem(ctx, sys, "/check"); err != nil {
 		t.Fatal(err)
 	}
@@ -137,4 +124,25 @@ func TestParseFlags(t *testing.T) {
 	if _, err := parseFlags([]string{"-duration=0s"}); err == nil {
 		t.Error("-duration=0s accepted")
 	}
+}
+
+// startTestEtcd starts a real 3-member embedded cluster for test t (it is
+// skipped with -short) and stops it when t ends; ctx ends after a minute.
+func startTestEtcd(t *testing.T) (context.Context, bench.System) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a 3-member etcd cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	sys, closeSys, err := startEtcd(ctx, t.TempDir(), 3, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := closeSys(); err != nil {
+			t.Error(err)
+		}
+	})
+	return ctx, sys
 }

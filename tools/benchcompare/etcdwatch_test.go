@@ -1,9 +1,7 @@
 package main
 
 import (
-	"context"
 	"testing"
-	"time"
 
 	"github.com/troupe-cluster/troupe/tools/bench"
 )
@@ -12,20 +10,7 @@ import (
 // cluster, renamed as benchcompare's variants are: every watcher delivers
 // every commit once, the watchers of each member's client on one stream.
 func TestEtcdWatch(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a 3-member etcd cluster")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	sys, closeSys, err := startEtcd(ctx, t.TempDir(), 3, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := closeSys(); err != nil {
-			t.Error(err)
-		}
-	}()
+	ctx, sys := startTestEtcd(t)
 	const puts, writers, watchers = 25, 4, 30
 	w, err := bench.NewWorkload(bench.WorkloadWatch, bench.Params{Clients: writers, Keys: 10, ValueSize: 16, Machines: 1, Seed: 1, Watchers: watchers})
 	if err != nil {
