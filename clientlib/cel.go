@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"cel.dev/cel-go/cel"
+	"cel.dev/cel-go/interpreter"
 
 	"github.com/troupe-cluster/troupe/clientlib/cache"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
@@ -225,7 +226,7 @@ func (v *Validator) check(kind string, obj Object) []FieldError {
 	builtin, policies := v.builtin[kind], v.policies[kind] // never changed once published: policies are replaced whole
 	v.mu.RUnlock()
 	var errs []FieldError
-	vars := map[string]any{"object": obj}
+	vars := objectVar{obj}
 	for _, rules := range [2][]rule{builtin, policies} {
 		for _, r := range rules {
 			out, _, err := r.prg.Eval(vars)
@@ -255,6 +256,19 @@ func (v *Validator) check(kind string, obj Object) []FieldError {
 	}
 	return errs
 }
+
+// objectVar binds the rules' one variable, `object`, without the map an
+// activation of several takes (every object written is checked).
+type objectVar struct{ obj Object }
+
+func (a objectVar) ResolveName(name string) (any, bool) {
+	if name == "object" {
+		return a.obj, true
+	}
+	return nil, false
+}
+
+func (objectVar) Parent() interpreter.Activation { return nil }
 
 // validatorOf returns the validator a Store carries (see WithValidator),
 // or the built-in one.

@@ -102,29 +102,51 @@ func (g *Group) Add(key string, delta, min, max int64) *Group {
 // applies defaults (to a copy) and validation; a broken rule fails the
 // transaction's Commit with a *ValidationError.
 func PutObject[T Object](g *Group, k Kind[T], obj T) *Group {
+	return PutEncoded(g, k, EncodeObject(g.t.s, k, obj))
+}
+
+// Encoded is an object made ready for a PutObject: defaulted, validated
+// by a store's rules and encoded (or the error doing so), so that the
+// work can be done ahead, on another goroutine (EncodeObject is safe for
+// concurrent use), and the write later (PutEncoded).
+type Encoded[T Object] struct {
+	obj   T
+	key   string
+	value []byte
+	err   error
+}
+
+// EncodeObject readies obj for PutEncoded in a transaction on s.
+func EncodeObject[T Object](s Store, k Kind[T], obj T) Encoded[T] {
 	if hasDefaults(obj) {
 		obj = proto.Clone(obj).(T)
 		Default(obj)
 	}
-	v, err := validatorOf(g.t.s)
+	e := Encoded[T]{obj: obj}
+	v, err := validatorOf(s)
 	if err == nil {
 		err = ValidateWith(v, k, obj)
 	}
-	var key string
 	if err == nil {
-		key, err = k.Key(obj)
+		e.key, err = k.Key(obj)
 	}
 	if err == nil {
-		var value []byte
-		if value, err = Encode(obj); err == nil {
-			g.Require(key, obj.GetMetadata().GetVersion()).Put(key, value)
-			if k.onPut != nil {
-				k.onPut(g, obj)
-			}
-			return g
-		}
+		e.value, err = Encode(obj)
 	}
-	g.t.fail(err)
+	e.err = err
+	return e
+}
+
+// PutEncoded is PutObject of what EncodeObject readied.
+func PutEncoded[T Object](g *Group, k Kind[T], e Encoded[T]) *Group {
+	if e.err != nil {
+		g.t.fail(e.err)
+		return g
+	}
+	g.Require(e.key, e.obj.GetMetadata().GetVersion()).Put(e.key, e.value)
+	if k.onPut != nil {
+		k.onPut(g, e.obj)
+	}
 	return g
 }
 

@@ -3,7 +3,6 @@ package clientlib
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
@@ -59,20 +58,53 @@ func (c *checker) check(ok bool, field, rule, format string, args ...any) {
 	}
 }
 
-var (
-	dnsLabel     = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
-	dnsSubdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
-	labelName    = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`)
-	// userName is a portable host user name (Debian's useradd default).
-	userName = regexp.MustCompile(`^[a-z_][-a-z0-9_]*\$?$`)
-)
+// The name rules, matched by hand (a regular expression costs several
+// times as much, and every object written is checked): TestNameRules
+// holds them to their regular expressions.
+//
+//	dnsLabel      ^[a-z0-9]([-a-z0-9]*[a-z0-9])?$
+//	dnsSubdomain  dnsLabel(\.dnsLabel)*
+//	labelName     ^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$
+//	userName      ^[a-z_][-a-z0-9_]*\$?$  (a portable host user name, Debian's useradd default)
+func isDNSLabel(s string) bool {
+	return s != "" && isLowerAlnum(s[0]) && isLowerAlnum(s[len(s)-1]) &&
+		strings.IndexFunc(s, func(r rune) bool { return r != '-' && (r >= 0x80 || !isLowerAlnum(byte(r))) }) < 0
+}
+
+func isDNSSubdomain(s string) bool {
+	for {
+		label, rest, more := strings.Cut(s, ".")
+		if !isDNSLabel(label) {
+			return false
+		}
+		if !more {
+			return true
+		}
+		s = rest
+	}
+}
+
+func isLabelName(s string) bool {
+	return s != "" && isAlnum(s[0]) && isAlnum(s[len(s)-1]) &&
+		strings.IndexFunc(s, func(r rune) bool { return r != '-' && r != '_' && r != '.' && (r >= 0x80 || !isAlnum(byte(r))) }) < 0
+}
+
+func isUserName(s string) bool {
+	s = strings.TrimSuffix(s, "$")
+	return s != "" && (s[0] == '_' || s[0] >= 'a' && s[0] <= 'z') &&
+		strings.IndexFunc(s, func(r rune) bool { return r != '-' && r != '_' && (r >= 0x80 || !isLowerAlnum(byte(r))) }) < 0
+}
+
+func isLowerAlnum(b byte) bool { return b >= 'a' && b <= 'z' || b >= '0' && b <= '9' }
+
+func isAlnum(b byte) bool { return isLowerAlnum(b) || b >= 'A' && b <= 'Z' }
 
 // name checks an object name: a DNS subdomain of at most 253 characters.
 func (c *checker) name(field, s string) {
 	switch {
 	case s == "":
 		c.add(field, "required", "must not be empty")
-	case len(s) > 253 || !dnsSubdomain.MatchString(s):
+	case len(s) > 253 || !isDNSSubdomain(s):
 		c.add(field, "dns-subdomain", "%q must be lowercase letters, digits, '-' and '.', starting and ending alphanumeric, at most 253 characters", s)
 	}
 }
@@ -82,14 +114,14 @@ func (c *checker) label(field, key, value string, checkValue bool) {
 	name := key
 	if prefix, rest, ok := strings.Cut(key, "/"); ok {
 		name = rest
-		if len(prefix) > 253 || !dnsSubdomain.MatchString(prefix) {
+		if len(prefix) > 253 || !isDNSSubdomain(prefix) {
 			c.add(field+"["+key+"]", "label-key", "prefix %q must be a DNS subdomain", prefix)
 		}
 	}
-	if len(name) > 63 || !labelName.MatchString(name) {
+	if len(name) > 63 || !isLabelName(name) {
 		c.add(field+"["+key+"]", "label-key", "name %q must be 1-63 letters, digits, '-', '_' or '.', starting and ending alphanumeric", name)
 	}
-	if checkValue && value != "" && (len(value) > 63 || !labelName.MatchString(value)) {
+	if checkValue && value != "" && (len(value) > 63 || !isLabelName(value)) {
 		c.add(field+"["+key+"]", "label-value", "value %q must be at most 63 letters, digits, '-', '_' or '.', starting and ending alphanumeric", value)
 	}
 }
@@ -99,7 +131,7 @@ func (c *checker) namespace(field, s string) {
 	switch {
 	case s == "":
 		c.add(field, "required", "must not be empty")
-	case len(s) > 63 || !dnsLabel.MatchString(s):
+	case len(s) > 63 || !isDNSLabel(s):
 		c.add(field, "dns-label", "%q must be lowercase letters, digits and '-', at most 63 characters", s)
 	}
 }
@@ -107,7 +139,7 @@ func (c *checker) namespace(field, s string) {
 // user checks the name of a host user a task may run as: never root.
 func (c *checker) user(field, s string) {
 	switch {
-	case len(s) > 32 || !userName.MatchString(s):
+	case len(s) > 32 || !isUserName(s):
 		c.add(field, "user-name", "%q must be a user name: lowercase letters, digits, '-' and '_', starting with a letter or '_', at most 32 characters", s)
 	case s == "root":
 		c.add(field, "not-root", "tasks never run as root")
@@ -143,7 +175,7 @@ func (c *checker) resources(field string, r map[string]int64) {
 		f := field + "[" + name + "]"
 		if !builtinResources[name] {
 			domain, rest, ok := strings.Cut(name, "/")
-			if !ok || !dnsSubdomain.MatchString(domain) || !labelName.MatchString(rest) {
+			if !ok || !isDNSSubdomain(domain) || !isLabelName(rest) {
 				c.add(f, "resource-name", "unknown resource %q: use cpu, memory, gpu, ephemeral-storage or <domain>/<name>", name)
 			}
 		}
@@ -224,7 +256,7 @@ func (c *checker) scheduling(field string, cons *troupev1.Constraints, tols []*t
 }
 
 func (c *checker) machineName(field, s string) {
-	c.check(s != "" && len(s) <= 253 && dnsSubdomain.MatchString(s), field, "dns-subdomain", "machine %q must be a DNS subdomain", s)
+	c.check(s != "" && len(s) <= 253 && isDNSSubdomain(s), field, "dns-subdomain", "machine %q must be a DNS subdomain", s)
 }
 
 // validateKind runs the built-in structural rules of one kind.

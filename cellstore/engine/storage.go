@@ -1,6 +1,10 @@
 package engine
 
-import "github.com/google/btree"
+import (
+	"slices"
+
+	"github.com/google/btree"
+)
 
 // Storage is the state of one shard as the engine sees it. Reads must see
 // the writes made earlier through the same Storage (read-your-writes), which
@@ -19,25 +23,46 @@ type Storage interface {
 	Scan(lower, upper []byte, fn func(key, value []byte) bool) error
 }
 
+// VersionReader is a Storage that knows the version of every user key
+// without reading its value (the state machine's key index): the engine
+// then reads a value only where it needs one (a counter), not for a
+// version condition or to tell whether a deleted key exists.
+type VersionReader interface {
+	// DataVersion returns the version of the user key stored at dataKey
+	// (DataKey) and whether it exists; it agrees with DecodeRecord of what
+	// Get returns.
+	DataVersion(dataKey []byte) (version uint64, exists bool, err error)
+}
+
 // MemStorage is an in-memory Storage, ordered by key. It backs engine tests
 // and the in-memory store of the simulator. Values are found by hash, and
-// the keys are also kept in order for Scan: most writes change the value of
-// a key that exists (a counter, a task bound), which costs no ordered
-// insert.
+// the keys are put in order only when a Scan needs them: most writes
+// change the value of a key that exists (a counter, a task bound), and a
+// store nobody reads by range (the simulator's) creates and deletes keys
+// without ever ordering them.
 type MemStorage struct {
-	values map[string][]byte
-	keys   *btree.BTreeG[string]
+	values map[string]memValue
+	// keys holds the keys in order, but for fresh: the keys created
+	// since the last Scan (some since deleted or ordered), added to keys
+	// by the next.
+	keys  *btree.BTreeG[string]
+	fresh []string
+}
+
+type memValue struct {
+	v       []byte
+	ordered bool // in keys
 }
 
 var _ Storage = (*MemStorage)(nil)
 
 // NewMemStorage returns an empty MemStorage.
 func NewMemStorage() *MemStorage {
-	return &MemStorage{values: map[string][]byte{}, keys: btree.NewOrderedG[string](32)}
+	return &MemStorage{values: map[string]memValue{}, keys: btree.NewOrderedG[string](32)}
 }
 
 // Get implements Storage.
-func (m *MemStorage) Get(key []byte) ([]byte, error) { return m.values[string(key)], nil }
+func (m *MemStorage) Get(key []byte) ([]byte, error) { return m.values[string(key)].v, nil }
 
 // Set implements Storage.
 func (m *MemStorage) Set(key, value []byte) error {
@@ -45,34 +70,51 @@ func (m *MemStorage) Set(key, value []byte) error {
 	if v == nil {
 		v = []byte{} // present, if empty: Get tells it from an absent key
 	}
-	if _, ok := m.values[string(key)]; ok {
-		m.values[string(key)] = v
+	if old, ok := m.values[string(key)]; ok {
+		m.values[string(key)] = memValue{v: v, ordered: old.ordered}
 		return nil
 	}
 	k := string(key)
-	m.values[k] = v
-	m.keys.ReplaceOrInsert(k)
+	m.values[k] = memValue{v: v}
+	if len(m.fresh) >= 2*len(m.values)+1024 {
+		m.fresh = slices.DeleteFunc(m.fresh, func(k string) bool { e, ok := m.values[k]; return !ok || e.ordered })
+	}
+	m.fresh = append(m.fresh, k)
 	return nil
 }
 
 // Delete implements Storage.
 func (m *MemStorage) Delete(key []byte) error {
-	if _, ok := m.values[string(key)]; ok {
+	if e, ok := m.values[string(key)]; ok {
 		delete(m.values, string(key))
-		m.keys.Delete(string(key))
+		if e.ordered {
+			m.keys.Delete(string(key))
+		}
 	}
 	return nil
 }
 
 // Scan implements Storage.
 func (m *MemStorage) Scan(lower, upper []byte, fn func(key, value []byte) bool) error {
+	m.order()
 	m.keys.AscendGreaterOrEqual(string(lower), func(k string) bool {
 		if upper != nil && k >= string(upper) {
 			return false
 		}
-		return fn([]byte(k), m.values[k])
+		return fn([]byte(k), m.values[k].v)
 	})
 	return nil
+}
+
+// order puts the fresh keys that still exist in keys.
+func (m *MemStorage) order() {
+	for _, k := range m.fresh {
+		if e, ok := m.values[k]; ok && !e.ordered {
+			m.keys.ReplaceOrInsert(k)
+			m.values[k] = memValue{v: e.v, ordered: true}
+		}
+	}
+	m.fresh = m.fresh[:0]
 }
 
 // Len is the number of stored keys, internal ones included.

@@ -16,7 +16,8 @@ import (
 // randomCell returns a cell of machines of random sizes, some cordoned
 // or tainted, filled to a random degree with running tasks of random
 // priorities, and a few jobs' pending tasks (some with distinct
-// machines, label selectors, tolerations, a gpu, or no cpu).
+// machines, label selectors, tolerations, a gpu, or no cpu); a few
+// machines have no memory.
 func randomCell(seed uint64) (*framework.Snapshot, []*framework.Task) {
 	r := rand.New(rand.NewPCG(seed, 1))
 	snap := &framework.Snapshot{}
@@ -49,6 +50,10 @@ func randomCell(seed uint64) (*framework.Snapshot, []*framework.Task) {
 			if r.IntN(3) == 0 {
 				m.JobTasks = map[string]int{"ns/p": 1}
 			}
+		}
+		if r.IntN(25) == 0 { // a machine without memory fits no task that asks for some
+			delete(m.Capacity, "memory")
+			delete(m.Allocated, "memory")
 		}
 		snap.Machines = append(snap.Machines, m)
 	}

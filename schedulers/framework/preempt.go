@@ -112,7 +112,7 @@ func (s *scheduling) victims(cv *classVerdicts, t *Task, idx int, evictable []Ev
 	rooms := s.roomsFor()
 	if evictable != nil {
 		e := evictable[idx]
-		if e.Tasks == 0 || rooms != nil && !rooms[idx].plus(e.Requests).fits(t.Requests[CPU], t.Requests[Memory]) {
+		if e.Tasks == 0 || rooms != nil && !rooms[idx].plus(e.Requests).Fits(t.Requests[CPU], t.Requests[Memory]) {
 			return nil
 		}
 	}
@@ -149,7 +149,7 @@ func roomyPrefix(r Room, victims []*Running, t *Task) int {
 	for n, v := range victims {
 		r.CPU += v.Requests[CPU]
 		r.Memory += v.Requests[Memory]
-		if r.fits(cpu, memory) {
+		if r.Fits(cpu, memory) {
 			return n + 1
 		}
 	}

@@ -55,6 +55,7 @@ type Placement struct {
 	Score   int64
 	// Victims are the tasks evicted to make room (preemption).
 	Victims []*Running
+	encoded *encodedBinding // by EncodeBindings (nil: not yet)
 }
 
 // Failure is a task the plan could not place, and why.
@@ -200,6 +201,13 @@ func (s *scheduling) place(class string, t *Task) (int, int64, *Status) {
 	cv := s.cache.class(class, len(s.snap.Machines))
 	rooms := s.roomsFor()
 	cpu, memory := t.Requests[CPU], t.Requests[Memory]
+	// A machine whose room holds a task asking only for CPU and Memory
+	// passes the FitFilter (it refuses exactly the machines where a
+	// request does not fit), which is then not run.
+	skipFit := 0
+	if rooms != nil && roomCovers(t.Requests) {
+		skipFit = 1
+	}
 	var (
 		best      *Machine
 		bestIdx   = -1
@@ -220,12 +228,12 @@ func (s *scheduling) place(class string, t *Task) (int, int64, *Status) {
 			s.order[i], s.order[j] = s.order[j], s.order[i]
 		}
 		idx := s.order[(start+i)%n]
-		if rooms != nil && !rooms[idx].fits(cpu, memory) {
+		if rooms != nil && !rooms[idx].Fits(cpu, memory) {
 			passed = true
 			continue
 		}
 		m := s.view(idx)
-		st := s.filter(cv, t, idx, m)
+		st := s.filterFrom(cv, t, idx, m, skipFit)
 		if !st.IsSuccess() {
 			refused.add(i, st)
 			continue
@@ -292,7 +300,7 @@ func (s *scheduling) passedOver(refused *refusals, cv *classVerdicts, t *Task, s
 	fits, first := 0, 0 // the FitFilter's refusals, the first's position
 	for i := range n {
 		idx := s.order[(start+i)%n]
-		if rooms[idx].fits(cpu, memory) {
+		if rooms[idx].Fits(cpu, memory) {
 			continue
 		}
 		if st := s.static(cv, t, idx); st != staticPass {
@@ -363,13 +371,18 @@ func (s *scheduling) tooLarge(t *Task, machines int) *Status {
 // changes in a plan (labels, taints, the machine object), so one verdict
 // per class and machine serves every task of the class.
 func (s *scheduling) filter(cv *classVerdicts, t *Task, idx int, m *Machine) *Status {
+	return s.filterFrom(cv, t, idx, m, 0)
+}
+
+// filterFrom is filter without the first skip dynamic filters.
+func (s *scheduling) filterFrom(cv *classVerdicts, t *Task, idx int, m *Machine, skip int) *Status {
 	s.examined++
 	if len(s.staticFilters) > 0 {
 		if v := s.static(cv, t, idx); v != staticPass {
 			return v
 		}
 	}
-	for _, f := range s.dynamics {
+	for _, f := range s.dynamics[skip:] {
 		if st := f.Filter(t, m); !st.IsSuccess() {
 			return st
 		}

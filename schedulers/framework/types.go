@@ -153,15 +153,35 @@ type Evictable struct {
 	Requests Room
 }
 
-// RoomOf returns m's Room.
-func RoomOf(m *Machine) Room { return Room{CPU: m.Free(CPU), Memory: m.Free(Memory)} }
+// RoomOf returns m's Room: -1 of a resource m does not have, so that
+// Room.fits answers as Machine.Fits does.
+func RoomOf(m *Machine) Room { return Room{CPU: m.room(CPU), Memory: m.room(Memory)} }
+
+func (m *Machine) room(r string) int64 {
+	c, ok := m.Capacity[r]
+	if !ok {
+		return -1
+	}
+	return c - m.Allocated[r]
+}
+
+// roomCovers reports whether requests ask for nothing but CPU and
+// Memory, which a Room answers for.
+func roomCovers(requests map[string]int64) bool {
+	for r := range requests {
+		if r != CPU && r != Memory {
+			return false
+		}
+	}
+	return true
+}
 
 // plus returns r with o added.
 func (r Room) plus(o Room) Room { return Room{CPU: r.CPU + o.CPU, Memory: r.Memory + o.Memory} }
 
-// fits reports whether a task asking for cpu and memory may fit a
+// Fits reports whether a task asking for cpu and memory may fit a
 // machine with room r: when it does not, the machine lacks room.
-func (r Room) fits(cpu, memory int64) bool {
+func (r Room) Fits(cpu, memory int64) bool {
 	return (cpu <= 0 || cpu <= r.CPU) && (memory <= 0 || memory <= r.Memory)
 }
 
@@ -224,13 +244,15 @@ type Static interface {
 	Static()
 }
 
-// FitFilter marks a FilterPlugin that refuses every machine where one of
-// the task's requests does not fit (Machine.Fits). When it is the first
-// of a profile's filters that are not Static, Schedule passes over the
-// machines without room for a task's CPU and Memory (by their Room)
+// FitFilter marks a FilterPlugin that refuses exactly the machines where
+// one of the task's requests does not fit (Machine.Fits). When it is the
+// first of a profile's filters that are not Static, Schedule passes over
+// the machines without room for a task's CPU and Memory (by their Room)
 // without running any filter on them, and works out what the filters
-// would have said of them only for a task that fits nowhere. The plan
-// is the same: those machines are refused either way.
+// would have said of them only for a task that fits nowhere; for a task
+// that asks for nothing else, it does not run the FitFilter on the
+// machines with room either. The plan is the same: those machines are
+// refused, and these accepted, either way.
 type FitFilter interface {
 	FilterPlugin
 	FitFilter()

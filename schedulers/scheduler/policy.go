@@ -282,7 +282,7 @@ func Wakes(p framework.Profile, w Waiting, m *framework.Machine) bool {
 	free := framework.RoomOf(m)
 	fits := false
 	for _, r := range w.Shapes {
-		fits = fits || r.CPU <= free.CPU && r.Memory <= free.Memory
+		fits = fits || free.Fits(r.CPU, r.Memory)
 	}
 	if !fits || w.Task == nil {
 		return fits

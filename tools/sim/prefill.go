@@ -72,7 +72,7 @@ func (s *Simulator) prefillJob(job workload.Job, on []int) error {
 	if js.sched = s.schedulerFor(job); js.sched == nil {
 		return fmt.Errorf("sim: prefill: no scheduler serves %s jobs (prefill job %s), to place its tasks again if they are preempted or lost", job.Type, job.ID)
 	}
-	if err := s.createTasks(js); err != nil {
+	if err := s.createTasks(js, nil); err != nil {
 		return fmt.Errorf("sim: prefill: submit job %s: %w", job.ID, err)
 	}
 	s.jobs[js.key] = js

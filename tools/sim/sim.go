@@ -16,8 +16,13 @@
 //	                 └──────────────────────────────────────────┘
 //	task ends ──► release (counters given back) ──► waiting jobs wake
 //
-// The same seed gives the same run, bit for bit: one goroutine, a
-// seeded random source per scheduler, events ordered by (time, sequence).
+// The same seed gives the same run, bit for bit: one goroutine runs the
+// events, ordered by (time, sequence), with a seeded random source per
+// scheduler. A second, the decider, does meanwhile work whose result
+// depends only on what it is handed when the work is sent: the plans of
+// decisions that cannot preempt (made on their snapshot, which no later
+// event changes), the encoding of their writes and of the next
+// arrival's tasks. The events wait for that work only where they use it.
 package sim
 
 import (
@@ -120,11 +125,13 @@ type Simulator struct {
 	backgrounded int
 	store        *memstore.Store
 	view         *scheduler.MachineView
-	// snap is the snapshot of the decision being made, refilled for the
-	// next (decisions are made one at a time).
-	snap   framework.Snapshot
-	scheds []*simScheduler
-	jobs   map[string]*jobState // by "<ns>/<name>"
+	scheds       []*simScheduler
+	// decider does, in turn, work whose result depends only on what it
+	// is given, while the events after run: the plans of decisions that
+	// cannot preempt (see decide) and the next arrival's tasks (see
+	// ahead); nil outside Run.
+	decider chan func()
+	jobs    map[string]*jobState // by "<ns>/<name>"
 	// waiting are the waits of jobs whose tasks fit nowhere, in the
 	// order they began (as the cell's instances wake them); a task's end
 	// wakes those it makes room for. waits counts the waits begun.
@@ -138,6 +145,9 @@ type Simulator struct {
 	// priority come to (framework.Snapshot.Preemptible), for each
 	// priority asked about so far.
 	evictable map[int32][]framework.Evictable
+	// evictableOn counts, for each priority of evictable, the machines
+	// where it counts some tasks.
+	evictableOn map[int32]int
 	// cpuUsed is the CPU allocated now; cpuTime integrates it.
 	cpuUsed       int64
 	cpuTime       float64 // millicore-seconds
@@ -191,7 +201,7 @@ func New(cfg Config) (*Simulator, error) {
 		return nil, err
 	}
 	s := &Simulator{cfg: cfg, view: scheduler.NewMachineView(), jobs: map[string]*jobState{}, byName: map[string]*simMachine{},
-		evictable: map[int32][]framework.Evictable{}, stats: newStats(cfg.Schedulers), capacity: map[string]int64{},
+		evictable: map[int32][]framework.Evictable{}, evictableOn: map[int32]int{}, stats: newStats(cfg.Schedulers), capacity: map[string]int64{},
 		ending: map[endKey][]endRef{}}
 	for _, m := range cfg.Machines {
 		s.cpuTotal += m.CPU
@@ -221,7 +231,6 @@ func New(cfg Config) (*Simulator, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.snap.Running, s.snap.Preemptible = s.running, s.preemptible
 	s.machines = make([]*simMachine, len(cfg.Machines))
 	for n, m := range cfg.Machines {
 		i, ok := s.view.Index(m.Name)
@@ -316,12 +325,17 @@ func (s *Simulator) Run(ctx context.Context, jobs workload.Source) (*Stats, erro
 	if err := s.prefill(ctx, workload.PrefillOf(jobs)); err != nil {
 		return nil, err
 	}
+	// A scheduler makes one decision at a time, and one arrival is read
+	// ahead.
+	s.decider = make(chan func(), len(s.scheds)+1)
+	defer close(s.decider)
+	go work(s.decider)
 	next, err := jobs.Next()
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, err
 	}
 	if err == nil {
-		s.at(next.Submit, func() { s.arrive(next, jobs) })
+		s.arriveAt(next, jobs)
 	}
 	for n := uint64(0); s.events.Len() > s.backgrounded && s.err == nil; n++ {
 		if n%4096 == 0 && ctx.Err() != nil {
@@ -376,10 +390,16 @@ func (s *Simulator) push(t time.Duration, fn func(), background bool) {
 	heap.Push(&s.events, &event{at: max(t, s.now), seq: s.seq, fn: fn, background: background})
 }
 
+// arriveAt schedules job's arrival, its tasks made ahead.
+func (s *Simulator) arriveAt(job workload.Job, jobs workload.Source) {
+	made := s.ahead(job)
+	s.at(job.Submit, func() { s.arrive(job, made, jobs) })
+}
+
 // arrive submits job: its tasks are created pending, and its scheduler
 // queues it. The next arrival is read and scheduled.
-func (s *Simulator) arrive(job workload.Job, jobs workload.Source) {
-	if err := s.submit(job); err != nil {
+func (s *Simulator) arrive(job workload.Job, made *newTasks, jobs workload.Source) {
+	if err := s.submit(job, made); err != nil {
 		s.fail(err)
 		return
 	}
@@ -389,17 +409,58 @@ func (s *Simulator) arrive(job workload.Job, jobs workload.Source) {
 	case err != nil:
 		s.fail(err)
 	default:
-		s.at(next.Submit, func() { s.arrive(next, jobs) })
+		s.arriveAt(next, jobs)
+	}
+}
+
+// newTasks are a job's tasks, made and encoded for their creation by
+// kind at time at (on the decider when done is set).
+type newTasks struct {
+	at      time.Duration
+	kind    string
+	tasks   []*troupev1.Task
+	encoded []clientlib.Encoded[*troupev1.Task]
+	done    chan struct{} // closed when made
+}
+
+// ahead has job's tasks made on the decider, for its arrival (nil: no
+// scheduler serves it, which its arrival reports).
+func (s *Simulator) ahead(job workload.Job) *newTasks {
+	sc := s.schedulerFor(job)
+	if sc == nil || s.decider == nil {
+		return nil
+	}
+	nt := &newTasks{at: job.Submit, kind: sc.cfg.Kind, done: make(chan struct{})}
+	s.decider <- func() {
+		nt.make(s.store, job)
+		close(nt.done)
+	}
+	return nt
+}
+
+// make makes and encodes job's tasks.
+func (nt *newTasks) make(st clientlib.Store, job workload.Job) {
+	nt.tasks = Tasks(job, nt.kind, nt.at)
+	nt.encoded = make([]clientlib.Encoded[*troupev1.Task], len(nt.tasks))
+	for i, t := range nt.tasks {
+		nt.encoded[i] = clientlib.EncodeObject(st, clientlib.Tasks, t)
 	}
 }
 
 // createTasks creates js's tasks, pending, in the store, and follows
-// them.
-func (s *Simulator) createTasks(js *jobState) error {
+// them: those made ahead if they are for now, else made at once.
+func (s *Simulator) createTasks(js *jobState, made *newTasks) error {
+	if made != nil {
+		<-made.done
+	}
+	if made == nil || made.at != s.now || made.kind != js.sched.cfg.Kind {
+		made = &newTasks{at: s.now, kind: js.sched.cfg.Kind}
+		made.make(s.store, js.job)
+	}
 	tx := clientlib.NewTxn(s.store)
-	tasks := Tasks(js.job, js.sched.cfg.Kind, s.now)
-	for _, task := range tasks {
-		clientlib.PutObject(tx.Group(), clientlib.Tasks, task)
+	tasks := made.tasks
+	for _, e := range made.encoded {
+		clientlib.PutEncoded(tx.Group(), clientlib.Tasks, e)
 	}
 	out, err := tx.Commit(context.Background())
 	if err == nil {
@@ -416,15 +477,16 @@ func (s *Simulator) createTasks(js *jobState) error {
 	return nil
 }
 
-// submit creates job's tasks and queues the job for its scheduler.
-func (s *Simulator) submit(job workload.Job) error {
+// submit creates job's tasks (made may hold them, see ahead) and queues
+// the job for its scheduler.
+func (s *Simulator) submit(job workload.Job, made *newTasks) error {
 	js := &jobState{job: job, key: "sim/" + job.ID, first: -1, on: map[string]int{}}
 	sched := s.schedulerFor(job)
 	if sched == nil {
 		return fmt.Errorf("sim: no scheduler serves %s job %s", job.Type, job.ID)
 	}
 	js.sched = sched
-	if err := s.createTasks(js); err != nil {
+	if err := s.createTasks(js, made); err != nil {
 		return fmt.Errorf("sim: submit job %s: %w", job.ID, err)
 	}
 	js.measured = true
@@ -486,11 +548,84 @@ func (s *Simulator) decide(sc *simScheduler) {
 		s.stats.waited(sc.index, s.now-js.job.Submit)
 	}
 	sc.busy = true
-	s.view.Refill(&s.snap, js.on, js.key)
-	plan := framework.Schedule(sc.profile, &s.snap, pending)
+	s.view.Refill(&sc.snap, js.on, js.key)
 	took := sc.cfg.Decision.For(len(pending))
 	start := s.now
-	s.at(s.now+took, func() { s.finishDecision(sc, js, plan, start) })
+	d := &decision{profile: sc.profile, snap: &sc.snap, tasks: pending}
+	if s.decider != nil && !s.mayPreempt(sc, pending) {
+		// Its plan depends only on the snapshot taken now: made on
+		// the decider, it is the same plan; its writes are encoded
+		// there too.
+		sc.snap.Running, sc.snap.Preemptible = nil, nil
+		d.store, d.scheduler, d.commitAt = s.store, sc.cfg.Name, epoch.Add(start+took)
+		d.done = make(chan struct{})
+		s.decider <- d.make
+	} else {
+		sc.snap.Running, sc.snap.Preemptible = s.running, s.preemptible
+		d.plan = framework.Schedule(d.profile, d.snap, d.tasks)
+	}
+	s.at(s.now+took, func() { s.finishDecision(sc, js, d.wait(), start) })
+}
+
+// A decision is a plan being made, on the decider when done is set
+// (with its writes encoded for a commit on store by scheduler at
+// commitAt).
+type decision struct {
+	profile   framework.Profile
+	snap      *framework.Snapshot
+	tasks     []*framework.Task
+	plan      *framework.Plan
+	done      chan struct{} // closed when plan is made
+	store     *memstore.Store
+	scheduler string
+	commitAt  time.Time
+}
+
+// wait returns the plan once it is made.
+func (d *decision) wait() *framework.Plan {
+	if d.done != nil {
+		<-d.done
+	}
+	return d.plan
+}
+
+// make makes d's plan on the decider, and encodes its writes.
+func (d *decision) make() {
+	d.plan = framework.Schedule(d.profile, d.snap, d.tasks)
+	framework.EncodeBindings(d.store, d.plan, d.scheduler, d.commitAt)
+	close(d.done)
+}
+
+// work runs the functions sent on ch, in turn.
+func work(ch <-chan func()) {
+	for fn := range ch {
+		fn()
+	}
+}
+
+// mayPreempt reports whether a decision of tasks by sc could evict
+// anything: its profile preempts, and some machine runs tasks of a
+// priority one of them may preempt. A decision that cannot reads only its
+// snapshot (its preemption finds nothing to evict, as it would with
+// neither Snapshot.Running nor Snapshot.Preemptible), so it can be made
+// on the decider while the simulator goes on; one that can reads the
+// machines' tasks as they are when it starts, so it is made at once.
+func (s *Simulator) mayPreempt(sc *simScheduler, tasks []*framework.Task) bool {
+	if !sc.profile.Preempt {
+		return false
+	}
+	last := int32(-1)
+	for _, t := range tasks {
+		below := framework.PreemptsBelow(t.Priority)
+		if below == last {
+			continue
+		}
+		last = below
+		if s.preemptible(below); s.evictableOn[below] > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // finishDecision commits plan, at the end of its decision time.
@@ -592,7 +727,14 @@ func (s *Simulator) bind(m *simMachine, js *jobState, i int32, delta int) {
 	t := js.job.Tasks[i]
 	for below, ev := range s.evictable {
 		if js.job.Priority < below {
+			was := ev[m.index].Tasks
 			count(&ev[m.index], t, delta)
+			switch now := ev[m.index].Tasks; {
+			case was == 0 && now > 0:
+				s.evictableOn[below]++
+			case was > 0 && now == 0:
+				s.evictableOn[below]--
+			}
 		}
 	}
 	s.cpuUsed += int64(delta) * t.CPU
@@ -618,6 +760,9 @@ func (s *Simulator) preemptible(below int32) []framework.Evictable {
 			if r.js.job.Priority < below {
 				count(&ev[i], r.js.job.Tasks[r.i], 1)
 			}
+		}
+		if ev[i].Tasks > 0 {
+			s.evictableOn[below]++
 		}
 	}
 	s.evictable[below] = ev
@@ -736,6 +881,8 @@ type simScheduler struct {
 	index   int
 	queue   []*jobState
 	busy    bool
+	// snap is the snapshot of its decision, refilled for the next.
+	snap framework.Snapshot
 }
 
 // event is something that happens at a virtual time; ties keep their

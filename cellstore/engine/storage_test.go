@@ -1,0 +1,59 @@
+package engine
+
+import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// MemStorage's Scan sees exactly the keys that exist, in order, however
+// sets, deletes and scans interleave (keys created, deleted and created
+// again between scans; long stretches without one; scans of part of the
+// range), against a map.
+func TestMemStorageScan(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 7))
+	st := NewMemStorage()
+	want := map[string]string{}
+	for step := range 20000 {
+		k := fmt.Sprintf("k%03d", r.IntN(300))
+		// Stretches of 8,000 steps without a scan make the fresh keys
+		// pile up past their compaction.
+		switch n := r.IntN(100); {
+		case n < 55 || n >= 95 && step%10000 < 8000:
+			v := fmt.Sprint(step)
+			if err := st.Set([]byte(k), []byte(v)); err != nil {
+				t.Fatal(err)
+			}
+			want[k] = v
+		case n < 95:
+			if err := st.Delete([]byte(k)); err != nil {
+				t.Fatal(err)
+			}
+			delete(want, k)
+		default:
+			lower, upper := fmt.Sprintf("k%03d", r.IntN(300)), []byte(nil)
+			if r.IntN(2) == 0 {
+				upper = []byte(fmt.Sprintf("k%03d", r.IntN(300)))
+			}
+			var got []string
+			if err := st.Scan([]byte(lower), upper, func(k, v []byte) bool {
+				if string(v) != want[string(k)] {
+					t.Fatalf("step %d: %s = %q, want %q", step, k, v, want[string(k)])
+				}
+				got = append(got, string(k))
+				return true
+			}); err != nil {
+				t.Fatal(err)
+			}
+			exp := slices.DeleteFunc(slices.Sorted(maps.Keys(want)), func(k string) bool { return k < lower || upper != nil && k >= string(upper) })
+			if !slices.Equal(got, exp) {
+				t.Fatalf("step %d: Scan(%s, %s) = %v, want %v", step, lower, upper, got, exp)
+			}
+		}
+		if st.Len() != len(want) {
+			t.Fatalf("step %d: Len %d, want %d", step, st.Len(), len(want))
+		}
+	}
+}
