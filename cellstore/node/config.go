@@ -75,6 +75,9 @@ type Config struct {
 	TLS *pki.Source
 	// Rules authorize requests when TLS is set (nil: authz.Default()).
 	Rules *authz.Rules
+	// LeaderPreference, if it names a node, keeps every shard's
+	// leadership on that node while it is up (leaderpref.go).
+	LeaderPreference LeaderPreference
 
 	Server server.Config
 	Watch  watch.Config
@@ -135,6 +138,9 @@ func (c Config) Validate() error {
 	}
 	if c.ProposalTimeout <= 0 {
 		add("node: ProposalTimeout must be positive")
+	}
+	if c.LeaderPreference.Period < 0 {
+		add("node: LeaderPreference.Period must be 0 (an election timeout) or more, got %v", c.LeaderPreference.Period)
 	}
 	if len(c.InitialMembers) > 0 && c.Join {
 		add("node: a joining node takes no InitialMembers: the cell it joins has its members")

@@ -103,15 +103,8 @@ func (b *raftBackend) localRole(sh uint32) role {
 // promote it (promoteSelf). It returns once the replica votes or is gone,
 // or when stop closes.
 func (b *raftBackend) promoteWhenCaughtUp(sh uint32, stop <-chan struct{}) {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := stopContext(stop)
 	defer cancel()
-	go func() {
-		select {
-		case <-stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	tick := time.NewTicker(b.n.cfg.RTT * time.Duration(b.n.cfg.HeartbeatRTT))
 	defer tick.Stop()
 	for {

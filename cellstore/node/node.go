@@ -55,8 +55,9 @@ type Node struct {
 	httpServer *http.Server
 	httpLis    net.Listener
 	stop       chan struct{} // ends the shards' proposers and promotion loops
-	// promoting: a joined node's promotion loops (learner.go); Close waits
-	// for them before closing the Raft host they read.
+	// promoting: a joined node's promotion loops (learner.go) and the
+	// leader-preference loop (leaderpref.go); Close waits for them before
+	// closing the Raft host they read.
 	promoting sync.WaitGroup
 	// publishing: the node publishing its record (publish.go), which
 	// closes published when done; Close waits for it before closing the
@@ -208,6 +209,7 @@ func (n *Node) startRaft(meta cellMeta) error {
 			n.promoting.Go(func() { backend.promoteWhenCaughtUp(i, n.stop) })
 		}
 	}
+	n.startLeaderPreference()
 	scfg := cfg.Server
 	scfg.Logger = n.log
 	scfg.Metrics = server.NewMetrics(n.registry)
@@ -439,4 +441,18 @@ func (n *Node) checkReplicaIDs(meta cellMeta) error {
 		}
 	}
 	return nil
+}
+
+// stopContext returns a context that ends when stop closes or cancel is
+// called: a node loop's, for the Raft calls it makes.
+func stopContext(stop <-chan struct{}) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
 }

@@ -74,6 +74,9 @@ func (lc LocalCell) Start(ctx context.Context, dir string) (sys *Troupe, close f
 	if lc.Network.RaftDelay > 0 {
 		tunes = append(tunes, links.raftTune(lc.Network.RaftDelay))
 	}
+	if lc.Network.LeaderPreference > 0 {
+		tunes = append(tunes, preferTune(lc.Network.LeaderPreference))
+	}
 	if len(tunes) > 0 {
 		cfg.Tune = func(nc *node.Config) {
 			for _, t := range tunes {
@@ -93,8 +96,8 @@ func (lc LocalCell) Start(ctx context.Context, dir string) (sys *Troupe, close f
 	if err != nil {
 		return nil, nil, errors.Join(err, stop())
 	}
-	if lc.Network.LeadersOnOneNode {
-		if err := leadersTo(ctx, cell, 1); err != nil {
+	if lc.Network.LeaderPreference > 0 {
+		if err := waitLedBy(ctx, cell, lc.Shards, lc.Network.LeaderPreference); err != nil {
 			return nil, nil, errors.Join(err, stop())
 		}
 	}

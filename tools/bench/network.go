@@ -38,17 +38,19 @@ import (
 type Network struct {
 	RaftDelay   time.Duration // on every Raft link between store nodes, each way
 	ClientDelay time.Duration // on every client→store gRPC link, each way
-	// LeadersOnOneNode moves every shard's leadership to node 1 before the
-	// run (leader affinity): a cross-shard commit's driver then leads
-	// every participant.
-	LeadersOnOneNode bool
+	// LeaderPreference, if set, is the node (1-based) the cell's nodes
+	// keep every shard's leadership on (node.Config.LeaderPreference);
+	// the run starts once every node sees it lead every shard. A
+	// cross-shard commit sent there is driven by the leader of every
+	// participant.
+	LeaderPreference uint64
 }
 
 // Register defines the network's flags on fs.
 func (n *Network) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&n.RaftDelay, "link-delay", 0, "one-way delay on every Raft link between the started cell's store nodes (a user-space delay line per connection; needs -replicas 2 or more)")
 	fs.DurationVar(&n.ClientDelay, "client-link-delay", 0, "one-way delay on every link from the benchmark's clients to the started cell's store nodes")
-	fs.BoolVar(&n.LeadersOnOneNode, "colocate-leaders", false, "move every shard's leadership to one node of the started cell before the workloads run")
+	fs.Uint64Var(&n.LeaderPreference, "leader-preference", 0, "start the cell with this node (1 to -replicas) preferred as every shard's leader (troupe store --leader-preference), and run once it leads them all")
 }
 
 // Check says what is wrong with n for a cell of replicas nodes.
@@ -59,47 +61,47 @@ func (n Network) Check(replicas int) error {
 	if n.RaftDelay > 0 && replicas < 2 {
 		return fmt.Errorf("-link-delay %v with %d replica: a cell of one node has no Raft links to delay", n.RaftDelay, replicas)
 	}
+	if n.LeaderPreference > uint64(replicas) {
+		return fmt.Errorf("-leader-preference %d: the cell's nodes are 1 to %d", n.LeaderPreference, replicas)
+	}
 	return nil
 }
 
 // String describes n for the benchmark's log.
 func (n Network) String() string {
 	s := fmt.Sprintf("Raft links %v, client links %v (one way)", n.RaftDelay, n.ClientDelay)
-	if n.LeadersOnOneNode {
-		s += ", leaders on node 1"
+	if n.LeaderPreference > 0 {
+		s += fmt.Sprintf(", leaders preferred on node %d", n.LeaderPreference)
 	}
 	return s
 }
 
-// leadersTo moves the leadership of every shard of cell to node id
-// (1-based) and waits until every node sees it there, or ctx ends.
-func leadersTo(ctx context.Context, cell *localstore.Cluster, id uint64) error {
+// preferTune returns a node configuration hook that prefers node id as
+// every shard's leader.
+func preferTune(id uint64) func(*node.Config) {
+	return func(nc *node.Config) { nc.LeaderPreference.Node = id }
+}
+
+// waitLedBy waits until every running node of cell sees node id (1-based)
+// lead every one of its shards, or ctx ends.
+func waitLedBy(ctx context.Context, cell *localstore.Cluster, shards int, id uint64) error {
 	for {
-		moved := true
+		led := true
 		for i := range cell.Size() {
-			n := cell.Node(i)
-			if n == nil {
-				continue // stopped
-			}
-			for _, sh := range n.Status().GetShards() {
-				if sh.GetLeaderReplicaId() == id {
-					continue
-				}
-				moved = false
-				if sh.GetIsLeader() {
-					if err := n.NodeHost().RequestLeaderTransfer(sh.GetRaftShardId(), id); err != nil {
-						return fmt.Errorf("bench: move shard %d's leader to node %d: %w", sh.GetShard(), id, err)
-					}
+			if n := cell.Node(i); n != nil {
+				for sh := range uint32(shards) {
+					l, ok := n.Leader(sh)
+					led = led && ok && l == id
 				}
 			}
 		}
-		if moved {
+		if led {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("bench: move every shard's leader to node %d: %w", id, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
+			return fmt.Errorf("bench: wait for node %d to lead every shard: %w", id, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }

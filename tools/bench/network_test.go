@@ -16,7 +16,7 @@ import (
 // at least for a follower's acknowledgement over a delayed link and back
 // (2 × RaftDelay) and for the client's request and answer (2 ×
 // ClientDelay). Lower bounds only: the machine may add any amount. With
-// LeadersOnOneNode, node 1 leads every shard.
+// LeaderPreference 1, node 1 leads every shard.
 func TestLocalCellNetwork(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-replica cell")
@@ -25,7 +25,7 @@ func TestLocalCellNetwork(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	lc := LocalCell{Replicas: 3, Shards: 2, Security: Insecure,
-		Network: Network{RaftDelay: raft, ClientDelay: client, LeadersOnOneNode: true}}
+		Network: Network{RaftDelay: raft, ClientDelay: client, LeaderPreference: 1}}
 	sys, stop, err := lc.Start(ctx, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +88,7 @@ func BenchmarkCommitHops(b *testing.B) {
 		b.Run(fmt.Sprintf("delay=%v", delay), func(b *testing.B) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 			defer cancel()
-			lc := LocalCell{Replicas: 3, Shards: 2, Security: Insecure, Network: Network{RaftDelay: delay, LeadersOnOneNode: true}}
+			lc := LocalCell{Replicas: 3, Shards: 2, Security: Insecure, Network: Network{RaftDelay: delay, LeaderPreference: 1}}
 			sys, stop, err := lc.Start(ctx, b.TempDir())
 			if err != nil {
 				b.Fatal(err)

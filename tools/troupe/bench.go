@@ -72,7 +72,7 @@ client library's cache, bench schedule the schedulers.`,
 				node.RaiseGOMAXPROCS() // the cell runs in this process
 			} else {
 				if network != (bench.Network{}) {
-					return errors.New("--link-delay, --client-link-delay and --colocate-leaders lay out a cell started in this process, not one at --endpoint")
+					return errors.New("--link-delay, --client-link-delay and --leader-preference lay out a cell started in this process, not one at --endpoint")
 				}
 				// An existing cell serves the workloads of its own shard count.
 				start = func(ctx context.Context, _ string, shards int) (bench.System, func() error, error) {

@@ -156,6 +156,7 @@ or with another cell's credentials, the node says whose it is and exits.`,
 	fs.DurationVar(&cfg.Server.FreezeTimeout, "backup-freeze-timeout", cfg.Server.FreezeTimeout, "the longest a backup may keep the cell's writes paused (its freeze lapses by itself then)")
 	fs.DurationVar(&cfg.Server.PrepareDelay, "fault-prepare-delay", 0, "FAULT TESTS ONLY: wait this long after a cross-shard transaction's prepares, before its resolution and reply")
 	fs.IntVar(&cfg.Server.MaxInflightPerIdentity, "max-inflight-per-identity", 0, "one identity's share of --max-inflight (0: a quarter of it)")
+	fs.Uint64Var(&cfg.LeaderPreference.Node, "leader-preference", 0, "node ID that should lead every shard while it is up and caught up (0: Raft's elections decide); give every node the same")
 	tf.register(fs)
 	fs.StringVar(&rules, "rules", "", "authorization rules file replacing the built-in rules (see --print-default-rules)")
 	fs.BoolVar(&printRules, "print-default-rules", false, "print the built-in authorization rules and exit")
