@@ -43,6 +43,7 @@ func (in *instance) Commit(ctx context.Context, req *storev1.CommitRequest) (*st
 	d := in.decision.Task * time.Duration(placements(req))
 	if in.start.IsZero() {
 		in.start, d = time.Now(), d+in.decision.Job
+		in.r.begin()
 	}
 	in.waited += d
 	err := in.r.sleep(ctx, d)
@@ -52,6 +53,7 @@ func (in *instance) Commit(ctx context.Context, req *storev1.CommitRequest) (*st
 	}
 	if err != nil {
 		in.start, in.waited = time.Time{}, 0 // the instance gives up the decision: no report follows
+		in.r.end()
 	}
 	return resp, err
 }
@@ -75,12 +77,16 @@ func placements(req *storev1.CommitRequest) int {
 // commit (or now, without one) to the end of the wait.
 func (in *instance) observe(d scheduler.Decision) {
 	committed := time.Now()
-	if in.start.IsZero() {
+	began := !in.start.IsZero()
+	if !began {
 		in.start = committed
 	}
 	in.r.sleep(in.r.ctx, in.decision.For(len(d.Plan.Placements)+len(d.Plan.Failures))-in.waited)
 	in.r.decided(in.index, d, in.start, committed, time.Now())
 	in.start, in.waited = time.Time{}, 0
+	if began {
+		in.r.end()
+	}
 }
 
 // decided records decision d of scheduler i, from start to end, committed

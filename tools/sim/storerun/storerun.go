@@ -166,6 +166,10 @@ type run struct {
 	// durations of the tasks in wall time, by task reference; a task
 	// without one runs until the end.
 	durations map[string]time.Duration
+	// deciding counts the decisions that have sent a commit and are not
+	// yet reported; idle are closed when it is next 0 (see drain).
+	deciding int
+	idle     []chan struct{}
 }
 
 // submission is a job of the workload, written as one Job or more: its
@@ -283,6 +287,14 @@ func (r *run) run(ctx context.Context, src workload.Source) (*sim.Stats, error) 
 		return nil, fmt.Errorf("storerun: stopped at %v of virtual time: %w", r.now(), ctx.Err())
 	}
 	end := time.Now()
+	if done {
+		// The last placements were seen by the monitor, perhaps
+		// before their schedulers had their commits' replies: their
+		// decisions are reported before the run stops.
+		if err := r.drain(ctx); err != nil {
+			return nil, err
+		}
+	}
 	r.shutdown()
 	if done {
 		// Nothing binds or releases tasks any more: the counters must
@@ -292,6 +304,45 @@ func (r *run) run(ctx context.Context, src workload.Source) (*sim.Stats, error) 
 		}
 	}
 	return r.finish(end)
+}
+
+// begin records that a decision has sent its first commit, and end that
+// it is reported (or given up).
+func (r *run) begin() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.deciding++
+}
+
+func (r *run) end() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.deciding--; r.deciding == 0 {
+		for _, ch := range r.idle {
+			close(ch)
+		}
+		r.idle = nil
+	}
+}
+
+// drain waits until no decision that has committed is left unreported.
+func (r *run) drain(ctx context.Context) error {
+	r.mu.Lock()
+	idle := make(chan struct{})
+	if r.deciding == 0 {
+		close(idle)
+	} else {
+		r.idle = append(r.idle, idle)
+	}
+	r.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case err := <-r.errc:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("storerun: stopped at %v of virtual time, waiting for the last decisions' reports: %w", r.now(), ctx.Err())
+	}
 }
 
 // checkEmpty refuses a store that already holds machines or jobs: they

@@ -367,8 +367,11 @@ func TestPrefillList(t *testing.T) {
 			t.Errorf("batch in %s: %+v, want 4 prefill tasks preempted and decided again, in no job of its measures", run.name, batch)
 		}
 	}
-	if b := mem.Schedulers[0]; b.Placements != 4 {
-		t.Errorf("batch in memory: %d placements, want the 4 preempted tasks placed again once the service has ended", b.Placements)
+	for _, run := range []*sim.Stats{store, mem} {
+		if b := run.Schedulers[0]; b.Placements != 4 {
+			t.Errorf("batch: %d placements, want the 4 preempted tasks placed again once the service has ended (store %+v, memory %+v)",
+				b.Placements, store.Schedulers[0], mem.Schedulers[0])
+		}
 	}
 }
 
