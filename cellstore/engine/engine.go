@@ -35,10 +35,10 @@ type pending struct {
 	deleted bool
 }
 
-// overlay is one group's writes before it commits, in the order first
-// written. A group writes few keys (a placement five), which a slice
-// finds faster than a map and without allocating one per group; a large
-// group gets an index.
+// overlay is pending writes in the order first written: one group's
+// before it commits, or a proposal's committed groups' (applier.committed).
+// A proposal writes few keys (a placement five), which a slice finds
+// faster than a map and without allocating one; a large one gets an index.
 type overlay struct {
 	writes []keyWrite
 	index  map[string]int // position in writes, once they pass overlayIndexed
@@ -102,10 +102,11 @@ func (o *overlay) set(k string, p pending) {
 // committed; a group's own writes go to a scratch overlay first, so a failed
 // group leaves nothing behind.
 type applier struct {
-	st        Storage
-	rev       uint64 // revision the proposal's writes get
-	committed map[string]pending
-	order     []string // keys of committed, in first-write order
+	st  Storage
+	rev uint64 // revision the proposal's writes get
+	// committed holds the writes of the committed groups, each key at
+	// the place of its first write.
+	committed overlay
 	// intents read so far, by key (only when transactions are prepared).
 	intents map[string]*storev1.IntentSet
 }
@@ -151,7 +152,7 @@ func Apply(st Storage, p *storev1.Proposal) (*Result, error) {
 	if frozen, err := frozen(st, now); err != nil || frozen {
 		return refused(p, rev), err
 	}
-	a := &applier{st: st, rev: rev + 1, committed: map[string]pending{}}
+	a := &applier{st: st, rev: rev + 1}
 	out := &storev1.Outcome{GroupIndexes: p.GetGroupIndexes(), Revision: rev}
 	out.Groups = make([]*storev1.GroupResult, len(p.GetGroups()))
 	prepared, err := readMeta(st, metaPrepared)
@@ -174,7 +175,7 @@ func Apply(st Storage, p *storev1.Proposal) (*Result, error) {
 	}
 	if p.GetAtomic() && failed {
 		AbortAll(out.Groups)
-		a.committed, a.order = nil, nil
+		a.committed = overlay{}
 	}
 	res := &Result{Outcome: out}
 	if res.Changes, err = a.write(p.GetLogRetention()); err != nil {
@@ -223,13 +224,20 @@ func (a *applier) try(g *storev1.Group, intents bool) (*overlay, *storev1.Failur
 	return a.evaluate(g)
 }
 
+// pendingWrite returns the write to key k that the proposal has made so
+// far as the group sees it: the group's own, else an earlier committed
+// group's.
+func (a *applier) pendingWrite(ov *overlay, k string) (pending, bool) {
+	if p, ok := ov.get(k); ok {
+		return p, true
+	}
+	return a.committed.get(k)
+}
+
 // current returns the state of key k as the group sees it: its own writes,
 // then the writes of earlier committed groups, then storage.
 func (a *applier) current(ov *overlay, k string) (value []byte, version uint64, exists bool, err error) {
-	if p, ok := ov.get(k); ok {
-		return p.value, a.rev, !p.deleted, nil
-	}
-	if p, ok := a.committed[k]; ok {
+	if p, ok := a.pendingWrite(ov, k); ok {
 		return p.value, a.rev, !p.deleted, nil
 	}
 	rec, err := a.st.Get(DataKey(k))
@@ -243,11 +251,29 @@ func (a *applier) current(ov *overlay, k string) (value []byte, version uint64, 
 // version reports the version a condition sees: writes pending in the
 // proposal count as the revision the proposal will commit at.
 func (a *applier) version(ov *overlay, k string) (uint64, error) {
-	_, v, exists, err := a.current(ov, k)
-	if !exists {
-		return 0, err
+	if p, ok := a.pendingWrite(ov, k); ok {
+		if p.deleted {
+			return 0, nil
+		}
+		return a.rev, nil
 	}
+	v, _, err := readVersion(a.st, k)
 	return v, err
+}
+
+// readVersion returns the version of user key k in storage and whether
+// it exists, without reading its value where the storage can tell
+// (VersionReader).
+func readVersion(st Storage, k string) (version uint64, exists bool, err error) {
+	if vr, ok := st.(VersionReader); ok {
+		return vr.DataVersion(DataKey(k))
+	}
+	rec, err := st.Get(DataKey(k))
+	if err != nil || rec == nil {
+		return 0, false, err
+	}
+	version, _, err = DecodeRecord(rec)
+	return version, err == nil, err
 }
 
 // evaluate checks a group's conditions and plays its operations into an
@@ -351,10 +377,7 @@ func (a *applier) merge(ov *overlay) {
 	}
 	slices.SortFunc(ov.writes, func(x, y keyWrite) int { return strings.Compare(x.key, y.key) })
 	for _, w := range ov.writes {
-		if _, seen := a.committed[w.key]; !seen {
-			a.order = append(a.order, w.key)
-		}
-		a.committed[w.key] = w.p
+		a.committed.set(w.key, w.p)
 	}
 }
 
@@ -363,22 +386,23 @@ func (a *applier) merge(ov *overlay) {
 // does not exist changes nothing; when nothing changes, write returns nil
 // and the revision stays.
 func (a *applier) write(retention uint64) (*storev1.ChangeSet, error) {
-	if len(a.order) == 0 {
+	writes := a.committed.writes
+	if len(writes) == 0 {
 		return nil, nil
 	}
-	cs := &storev1.ChangeSet{Events: make([]*storev1.Event, 0, len(a.order))}
-	kvs, evs := make([]storev1.KeyValue, len(a.order)), make([]storev1.Event, len(a.order)) // one allocation each
-	for i, k := range a.order {
-		p := a.committed[k]
+	cs := &storev1.ChangeSet{Events: make([]*storev1.Event, 0, len(writes))}
+	kvs, evs := make([]storev1.KeyValue, len(writes)), make([]storev1.Event, len(writes)) // one allocation each
+	for i, w := range writes {
+		k, p := w.key, w.p
 		kv := &kvs[i]
 		kv.Key, kv.Version = k, a.rev
 		ev := &evs[i]
 		ev.Type, ev.Kv = storev1.EventType_EVENT_TYPE_PUT, kv
 		var err error
 		if p.deleted {
-			if rec, err := a.st.Get(DataKey(k)); err != nil {
+			if _, exists, err := readVersion(a.st, k); err != nil {
 				return nil, err
-			} else if rec == nil {
+			} else if !exists {
 				continue
 			}
 			ev.Type = storev1.EventType_EVENT_TYPE_DELETE

@@ -273,7 +273,7 @@ func prepare(st Storage, p *storev1.Proposal, now int64) (*Result, error) {
 	if frozen, err := frozen(st, now); err != nil || (frozen && !p.GetAdmit()) {
 		return refused(p, rev), err
 	}
-	a := &applier{st: st, rev: rev + 1, committed: map[string]pending{}}
+	a := &applier{st: st, rev: rev + 1}
 	out := &storev1.Outcome{GroupIndexes: p.GetGroupIndexes(), Revision: rev, Groups: make([]*storev1.GroupResult, len(p.GetGroups())),
 		TxnState: storev1.TxnState_TXN_STATE_PREPARED}
 	var keys []string
@@ -469,7 +469,7 @@ func resolve(st Storage, p *storev1.Proposal, now int64) (*Result, error) {
 	for _, g := range p.GetDecision().GetCommittedGroups() {
 		commit[g] = true
 	}
-	a := &applier{st: st, rev: rev + 1, committed: map[string]pending{}}
+	a := &applier{st: st, rev: rev + 1}
 	// Apply in group order, as an APPLY would, each key's intents in the
 	// order they were prepared.
 	type write struct {

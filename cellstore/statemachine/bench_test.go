@@ -10,34 +10,117 @@ import (
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
-// BenchmarkUpdate applies place-shaped entries in batches of 8, about what
-// Dragonboat hands over per Update with 64 clients on one shard.
+// Entries as the bench workloads at 64 clients make them: group commit
+// puts benchProposalsPerEntry proposals in a Raft entry, and Dragonboat
+// hands over benchEntriesPerUpdate entries per Update.
+const (
+	benchProposalsPerEntry = 16
+	benchEntriesPerUpdate  = 2
+	benchKeys              = 10000 // cas's keys
+)
+
+// BenchmarkUpdate applies place-shaped proposals (a task that must not
+// exist, its binding, a counter add).
 func BenchmarkUpdate(b *testing.B) {
+	benchUpdate(b, nil, func(i int) *storev1.Group {
+		task := fmt.Sprintf("/tasks/ns/j%d/%d", i/100, i%100)
+		m := i % 1000
+		return &storev1.Group{
+			Conditions: []*storev1.Condition{{Key: task}},
+			Ops: []*storev1.Op{
+				{Op: &storev1.Op_Put{Put: &storev1.Put{Key: task, Value: make([]byte, 200)}}},
+				{Op: &storev1.Op_Put{Put: &storev1.Put{Key: fmt.Sprintf("/bindings/m%d/%s", m, task), Value: make([]byte, 200)}}},
+				{Op: &storev1.Op_Add{Add: &storev1.Add{Key: fmt.Sprintf("/alloc/m%d/cpu", m), Delta: 1, Min: 0, Max: 1 << 40}}},
+			},
+		}
+	})
+}
+
+// BenchmarkUpdateCAS applies cas-shaped proposals: a put of a 200-byte
+// value on one of benchKeys existing keys, conditioned on its version
+// (which each proposal gets right).
+func BenchmarkUpdateCAS(b *testing.B) {
+	seed := make([]*storev1.Group, benchKeys)
+	for k := range seed {
+		seed[k] = &storev1.Group{Ops: []*storev1.Op{{Op: &storev1.Op_Put{Put: &storev1.Put{Key: fmt.Sprintf("/cas/%d", k), Value: make([]byte, 200)}}}}}
+	}
+	versions := make([]uint64, benchKeys)
+	next := uint64(benchKeys)
+	for k := range versions {
+		versions[k] = uint64(k + 1)
+	}
+	benchUpdate(b, seed, func(i int) *storev1.Group {
+		k := (i * 7919) % benchKeys
+		next++
+		g := &storev1.Group{
+			Conditions: []*storev1.Condition{{Key: fmt.Sprintf("/cas/%d", k), Version: versions[k]}},
+			Ops:        []*storev1.Op{{Op: &storev1.Op_Put{Put: &storev1.Put{Key: fmt.Sprintf("/cas/%d", k), Value: make([]byte, 200)}}}},
+		}
+		versions[k] = next
+		return g
+	})
+}
+
+// benchUpdate applies the groups of seed, one proposal each, then times
+// b.N proposals of one group each from group(i), and fails if one does
+// not commit.
+func benchUpdate(b *testing.B, seed []*storev1.Group, group func(i int) *storev1.Group) {
 	m := New(Config{Dir: b.TempDir(), Logger: zap.NewNop()}, 0)
 	if _, err := m.Open(nil); err != nil {
 		b.Fatal(err)
 	}
 	defer m.Close()
-	entries := make([]sm.Entry, b.N)
-	for i := range entries {
-		task := fmt.Sprintf("/tasks/ns/j%d/%d", i/100, i%100)
-		cmd, _ := EncodeEntry(&storev1.Proposal{
-			TxnId: fmt.Sprintf("b-%d", i), NowUnixNanos: int64(i), DedupeWindowNanos: 1e12, LogRetention: 10000,
-			GroupIndexes: []uint32{0},
-			Groups: []*storev1.Group{{
-				Conditions: []*storev1.Condition{{Key: task}},
-				Ops: []*storev1.Op{
-					{Op: &storev1.Op_Put{Put: &storev1.Put{Key: task, Value: make([]byte, 200)}}},
-					{Op: &storev1.Op_Add{Add: &storev1.Add{Key: fmt.Sprintf("/alloc/m%d/cpu", i%1000), Delta: 1, Min: 0, Max: 1 << 40}}},
-				},
-			}},
-		})
-		entries[i] = sm.Entry{Index: uint64(i + 1), Cmd: cmd}
+	index := uint64(0)
+	entries := func(gs []*storev1.Group, txn string) []sm.Entry {
+		var es []sm.Entry
+		for i := 0; i < len(gs); i += benchProposalsPerEntry {
+			var ps []*storev1.Proposal
+			for j := i; j < min(i+benchProposalsPerEntry, len(gs)); j++ {
+				ps = append(ps, &storev1.Proposal{
+					TxnId: fmt.Sprintf("%s-%d", txn, j), NowUnixNanos: int64(j), DedupeWindowNanos: 1e12, LogRetention: 100000,
+					GroupIndexes: []uint32{0}, Groups: []*storev1.Group{gs[j]},
+				})
+			}
+			cmd, err := EncodeEntry(ps...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			index++
+			es = append(es, sm.Entry{Index: index, Cmd: cmd})
+		}
+		return es
 	}
-	b.ResetTimer()
-	for i := 0; i < b.N; i += 8 {
-		if _, err := m.Update(entries[i:min(i+8, b.N)]); err != nil {
-			b.Fatal(err)
+	update := func(es []sm.Entry) {
+		for i := 0; i < len(es); i += benchEntriesPerUpdate {
+			if _, err := m.Update(es[i:min(i+benchEntriesPerUpdate, len(es))]); err != nil {
+				b.Fatal(err)
+			}
 		}
 	}
+	check := func(es []sm.Entry) {
+		for _, e := range es {
+			outs, err := DecodeResult(e.Result)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, o := range outs {
+				if !o.GetGroups()[0].GetCommitted() {
+					b.Fatalf("entry %d: %v", e.Index, o.GetGroups()[0].GetFailure())
+				}
+			}
+		}
+	}
+	seeded := entries(seed, "seed")
+	update(seeded)
+	check(seeded)
+	gs := make([]*storev1.Group, b.N)
+	for i := range gs {
+		gs[i] = group(i)
+	}
+	timed := entries(gs, "b")
+	b.ReportAllocs()
+	b.ResetTimer()
+	update(timed)
+	b.StopTimer()
+	check(timed)
 }

@@ -1,6 +1,7 @@
 package statemachine
 
 import (
+	"bytes"
 	"fmt"
 	"maps"
 	"slices"
@@ -20,7 +21,9 @@ const maxCachedValue = 64
 // condition) or for small counters; the index answers those without
 // touching Pebble:
 //
-//   - data: every user data key that exists, with its record when small;
+//   - data: every user data key that exists, with its version, and its
+//     record when small: a version condition never reads Pebble, nor does
+//     an add on a counter;
 //   - present: every txn_id with a remembered outcome (looked up by name,
 //     mostly absent);
 //   - held: the intents and prepared records of cross-shard transactions
@@ -34,11 +37,29 @@ const maxCachedValue = 64
 // recovers a snapshot, and kept current by every write through
 // batchStorage.
 type keyIndex struct {
-	data    map[string][]byte // storage key → record (nil: exists, not cached)
+	data    map[string]dataEntry // storage key → what the index keeps of it
 	present map[string]struct{}
 	held    map[string][]byte
 	meta    map[string][]byte
 	dirty   map[string]bool // meta keys written since the last flushMeta
+}
+
+// dataEntry is what the index keeps of an existing user data key.
+type dataEntry struct {
+	version uint64
+	rec     []byte // the whole record; nil when larger than maxCachedValue
+}
+
+// newDataEntry indexes record rec, which it may keep.
+func newDataEntry(rec []byte) (dataEntry, error) {
+	v, _, err := engine.DecodeRecord(rec)
+	if err != nil {
+		return dataEntry{}, err
+	}
+	if len(rec) > maxCachedValue {
+		rec = nil
+	}
+	return dataEntry{version: v, rec: rec}, nil
 }
 
 // family is how the index keeps the keys of storage key k's family.
@@ -62,7 +83,7 @@ func familyOf(k []byte) family {
 
 // load rebuilds the index from db.
 func (x *keyIndex) load(db *pebble.DB) error {
-	*x = keyIndex{data: map[string][]byte{}, present: map[string]struct{}{}, held: map[string][]byte{}, meta: map[string][]byte{}, dirty: map[string]bool{}}
+	*x = keyIndex{data: map[string]dataEntry{}, present: map[string]struct{}{}, held: map[string][]byte{}, meta: map[string][]byte{}, dirty: map[string]bool{}}
 	it, err := db.NewIter(nil)
 	if err != nil {
 		return err
@@ -71,7 +92,13 @@ func (x *keyIndex) load(db *pebble.DB) error {
 		k := it.Key()
 		switch {
 		case k[0] == engine.DataPrefix:
-			x.data[string(k)] = cacheable(it.Value())
+			e, err := newDataEntry(it.Value())
+			if err != nil {
+				it.Close()
+				return fmt.Errorf("key %q: %w", k, err)
+			}
+			e.rec = bytes.Clone(e.rec) // the iterator's value is only valid until Next
+			x.data[string(k)] = e
 		case familyOf(k) == presence:
 			x.present[string(k)] = struct{}{}
 		case familyOf(k) == valued:
@@ -81,13 +108,6 @@ func (x *keyIndex) load(db *pebble.DB) error {
 		}
 	}
 	return it.Close()
-}
-
-func cacheable(rec []byte) []byte {
-	if len(rec) > maxCachedValue {
-		return nil
-	}
-	return append(make([]byte, 0, len(rec)), rec...)
 }
 
 // flushMeta writes the metadata keys changed since the last flush into b.
@@ -114,7 +134,10 @@ type batchStorage struct {
 	idx *keyIndex
 }
 
-var _ engine.Storage = batchStorage{}
+var (
+	_ engine.Storage       = batchStorage{}
+	_ engine.VersionReader = batchStorage{}
+)
 
 func (s batchStorage) Get(key []byte) ([]byte, error) {
 	if len(key) == 0 {
@@ -124,9 +147,9 @@ func (s batchStorage) Get(key []byte) ([]byte, error) {
 	case engine.MetaPrefix:
 		return s.idx.meta[string(key)], nil
 	case engine.DataPrefix:
-		rec, ok := s.idx.data[string(key)]
-		if !ok || rec != nil {
-			return rec, nil
+		e, ok := s.idx.data[string(key)]
+		if !ok || e.rec != nil {
+			return e.rec, nil
 		}
 	default:
 		switch familyOf(key) {
@@ -141,20 +164,30 @@ func (s batchStorage) Get(key []byte) ([]byte, error) {
 	return getValue(s.b, key)
 }
 
+// DataVersion implements engine.VersionReader from the index alone.
+func (s batchStorage) DataVersion(key []byte) (uint64, bool, error) {
+	e, ok := s.idx.data[string(key)]
+	return e.version, ok, nil
+}
+
 func (s batchStorage) Set(key, value []byte) error {
 	switch key[0] {
 	case engine.MetaPrefix:
-		s.idx.meta[string(key)] = append([]byte(nil), value...)
+		s.idx.meta[string(key)] = value // the engine's Set contract: value is not changed afterwards
 		s.idx.dirty[string(key)] = true
 		return nil
 	case engine.DataPrefix:
-		s.idx.data[string(key)] = cacheable(value)
+		e, err := newDataEntry(value)
+		if err != nil {
+			return err
+		}
+		s.idx.data[string(key)] = e
 	default:
 		switch familyOf(key) {
 		case presence:
 			s.idx.present[string(key)] = struct{}{}
 		case valued:
-			s.idx.held[string(key)] = append([]byte(nil), value...)
+			s.idx.held[string(key)] = value
 		}
 	}
 	return s.b.Set(key, value, nil)

@@ -9,6 +9,7 @@ import (
 	sm "github.com/lni/dragonboat/v4/statemachine"
 	"go.uber.org/zap"
 
+	"github.com/troupe-cluster/troupe/cellstore/engine"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -253,5 +254,49 @@ func TestRestartWithoutSync(t *testing.T) {
 	update(t, m, putEntry(t, 3, "/c", "3"))
 	if m.Revision() != 3 || mustGet(t, m, "/c").KV == nil {
 		t.Fatalf("revision %d after replay, want 3", m.Revision())
+	}
+}
+
+// TestIndexKeepsVersionsOfLargeValues checks that the key index tells a
+// key's version without its record when the record is too large to keep
+// (engine.VersionReader), as it was written and as rebuilt on Open, and
+// that it agrees with what Pebble holds.
+func TestIndexKeepsVersionsOfLargeValues(t *testing.T) {
+	dir := t.TempDir()
+	m := open(t, dir, nil)
+	large := string(bytes.Repeat([]byte("v"), 2*maxCachedValue))
+	update(t, m, putEntry(t, 1, "/a", large), putEntry(t, 2, "/b", "small"), putEntry(t, 3, "/a", large+"!"))
+	check := func(when string) {
+		t.Helper()
+		st := batchStorage{idx: &m.idx}
+		for _, k := range []string{"/a", "/b", "/absent"} {
+			v, exists, err := st.DataVersion(engine.DataKey(k))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want uint64
+			if kv := mustGet(t, m, k).KV; kv != nil {
+				want = kv.GetVersion()
+			}
+			if exists != (want != 0) || v != want {
+				t.Errorf("%s: DataVersion(%s) = %d, %v; Pebble has version %d", when, k, v, exists, want)
+			}
+		}
+		if e := m.idx.data[string(engine.DataKey("/a"))]; e.rec != nil {
+			t.Errorf("%s: the index keeps the %d-byte record of /a", when, len(e.rec))
+		}
+	}
+	check("after Update")
+	if err := m.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	m = open(t, dir, nil)
+	defer m.Close()
+	check("after reopening")
+	if v := mustGet(t, m, "/a").KV.GetVersion(); v != 3 {
+		t.Errorf("/a has version %d, want 3", v)
 	}
 }

@@ -118,6 +118,7 @@ func Run(ctx context.Context, sys System, w Workload, cfg Config) (Result, error
 	}
 	stats := make([]clientStats, n)
 	var wg sync.WaitGroup
+	cpu0 := processCPU()
 	start := now()
 	deadline := start.Add(cfg.Duration)
 	for id := range n {
@@ -146,6 +147,7 @@ func Run(ctx context.Context, sys System, w Workload, cfg Config) (Result, error
 	}
 	wg.Wait()
 	end := now()
+	cpu := processCPU() - cpu0
 	if err := context.Cause(ctx); err != nil {
 		return res, err
 	}
@@ -158,9 +160,9 @@ func Run(ctx context.Context, sys System, w Workload, cfg Config) (Result, error
 	res.Latencies = MergeLatencies(all...)
 	res.Ops = int64(res.Latencies.Count())
 	res.Elapsed = end.Sub(start)
-	fmt.Fprintf(logw, "%s/%s: %d clients, %d ops (%d conflicts) in %v, mean %v, max %v\n",
+	fmt.Fprintf(logw, "%s/%s: %d clients, %d ops (%d conflicts) in %v, mean %v, max %v, process CPU %v per op\n",
 		res.System, res.Workload, n, res.Ops, res.Conflicts, res.Elapsed.Round(time.Millisecond),
-		res.Latencies.Mean(), res.Latencies.Max())
+		res.Latencies.Mean(), res.Latencies.Max(), cpuPerOp(cpu, res.Ops))
 	return res, nil
 }
 
