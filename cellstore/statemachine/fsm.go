@@ -127,6 +127,10 @@ func (s *StateMachine) Open(<-chan struct{}) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("shard %d: open %s: %w", s.shard, name, err)
 	}
+	// Readers (withView: a node's Status while its replicas open) see
+	// the database once it is loaded.
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.db = db
 	if err := s.loadMeta(); err != nil {
 		return 0, err
