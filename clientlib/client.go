@@ -151,6 +151,10 @@ type endpoint struct {
 	addr  string
 	conn  *grpc.ClientConn
 	store storev1.StoreClient
+	mux   *WatchMux // the Watchers' stream
+	// singleWatch: the store answered WatchStream with Unimplemented;
+	// Watchers open Watch RPCs until one of them breaks.
+	singleWatch atomic.Bool
 }
 
 // New returns a client for cfg. It dials lazily: no network I/O happens
@@ -189,7 +193,8 @@ func New(cfg Config) (*Client, error) {
 			c.Close()
 			return nil, fmt.Errorf("clientlib: endpoint %s: %w", addr, err)
 		}
-		c.eps = append(c.eps, &endpoint{addr: addr, conn: conn, store: storev1.NewStoreClient(conn)})
+		store := storev1.NewStoreClient(conn)
+		c.eps = append(c.eps, &endpoint{addr: addr, conn: conn, store: store, mux: NewWatchMux(c.bgCtx, store)})
 	}
 	// Clients start on different endpoints to spread the load.
 	c.cur.Store(int64(mrand.IntN(len(c.eps))))

@@ -897,9 +897,9 @@ func TestWatchOrderedAndFailover(t *testing.T) {
 	wNow.Close()
 
 	// Phase 2: stop the watcher's node while commits go on.
-	// Both watchers opened their streams on the reader's current
+	// Both watchers opened their stream on the reader's current
 	// endpoint, which no failure has moved yet.
-	streams := log.of(watchMethod)
+	streams := log.of(watchStreamMethod)
 	watched := cell.nodeOf(streams[0].target)
 	for _, s := range streams {
 		if s.target != streams[0].target || s.err != nil {
@@ -917,7 +917,7 @@ func TestWatchOrderedAndFailover(t *testing.T) {
 	collect(func() bool { return rec.covers(snapshot()) })
 	rec.check(t, snapshot(), from)
 
-	streams = log.of(watchMethod)
+	streams = log.of(watchStreamMethod)
 	if last := streams[len(streams)-1]; last.target == cell.eps[watched] || last.err != nil {
 		t.Fatalf("the last watch stream went to %s (err %v); want another node than the stopped %s", last.target, last.err, cell.eps[watched])
 	}

@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/troupe-cluster/troupe/cellstore/storeerr"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
@@ -48,6 +49,13 @@ var errWatcherClosed = fmt.Errorf("watcher closed: %w", context.Canceled)
 // the last cursor delivered, so a Watcher neither skips nor repeats a
 // change across reconnections. Next is called by one goroutine at a time;
 // Close may be called by any goroutine, at any time.
+//
+// The Watchers of a Client share one WatchStream per endpoint (its
+// WatchMux); a Watcher whose reader falls behind is paused there
+// (ErrWatchPaused) and goes on from its cursor once its reader has
+// caught up, without holding up the others. On an endpoint whose store
+// has no WatchStream (an older version) each Watcher opens a Watch RPC
+// of its own instead.
 type Watcher struct {
 	c      *Client
 	prefix string
@@ -55,10 +63,11 @@ type Watcher struct {
 	cancel context.CancelCauseFunc
 
 	// The fields below belong to the goroutine calling Next.
-	cursor       []byte // resume point: the last cursor delivered
-	stream       storev1.Store_WatchClient
-	streamCancel context.CancelFunc
+	cursor       []byte                                 // resume point: the last cursor delivered
+	recv         func() (*storev1.WatchResponse, error) // the open stream's next response; nil: none open
+	streamCancel func()
 	streamEp     int
+	single       bool  // the open stream is a Watch RPC of its own
 	failures     int   // consecutive failed streams
 	err          error // set once the watch has ended for good
 }
@@ -92,13 +101,21 @@ func (c *Client) Watch(ctx context.Context, prefix string, cursor []byte) *Watch
 // one.
 func (w *Watcher) Next() (*storev1.WatchResponse, error) {
 	for w.err == nil {
-		if w.stream == nil {
+		if w.recv == nil {
 			if err := w.open(); err != nil {
 				w.broken(err)
 				continue
 			}
 		}
-		resp, err := w.stream.Recv()
+		resp, err := w.recv()
+		if errors.Is(err, ErrWatchPaused) {
+			// Every response before the pause is delivered: go on from
+			// the cursor, a reconnection that is no failure.
+			w.closeStream()
+			w.c.metrics.retries.WithLabelValues("Watch").Inc()
+			w.c.log.Debug("watch paused: its reader fell behind; resuming from its cursor", zap.String("prefix", w.prefix))
+			continue
+		}
 		if err != nil {
 			w.broken(err)
 			continue
@@ -115,27 +132,53 @@ func (w *Watcher) Next() (*storev1.WatchResponse, error) {
 // Close ends the watch and releases its stream.
 func (w *Watcher) Close() { w.cancel(errWatcherClosed) }
 
-// open starts a stream on the current endpoint from w.cursor.
+// open starts a stream on the current endpoint from w.cursor: a watch
+// of the endpoint's WatchMux, or a Watch RPC if its store has no
+// WatchStream.
 func (w *Watcher) open() error {
 	w.streamEp = w.c.current()
+	ep := w.c.eps[w.streamEp]
+	if !ep.singleWatch.Load() {
+		mw, err := ep.mux.Watch(w.ctx, w.prefix, w.cursor)
+		if status.Code(err) != codes.Unimplemented {
+			if err != nil {
+				return err
+			}
+			w.recv = func() (*storev1.WatchResponse, error) { return mw.Next(w.ctx) }
+			w.streamCancel, w.single = mw.Close, false
+			return nil
+		}
+		ep.singleWatch.Store(true)
+		w.c.log.Debug("store has no WatchStream; watching with a stream of its own", zap.String("endpoint", ep.addr), zap.Error(err))
+	}
 	sctx, cancel := context.WithCancel(w.ctx)
-	stream, err := w.c.eps[w.streamEp].store.Watch(sctx, &storev1.WatchRequest{Prefix: w.prefix, Cursor: w.cursor})
+	stream, err := ep.store.Watch(sctx, &storev1.WatchRequest{Prefix: w.prefix, Cursor: w.cursor})
 	if err != nil {
 		cancel()
 		return err
 	}
-	w.stream, w.streamCancel = stream, cancel
+	w.recv, w.streamCancel, w.single = stream.Recv, cancel, true
 	return nil
+}
+
+// closeStream releases the open stream, if any.
+func (w *Watcher) closeStream() {
+	if w.streamCancel != nil {
+		w.streamCancel()
+	}
+	w.recv, w.streamCancel = nil, nil
 }
 
 // broken handles the end of a stream (or a failure to open one): it ends
 // the watch for good, or waits a backoff after moving the client on from
 // an endpoint that failed, so that Next opens a new stream.
 func (w *Watcher) broken(err error) {
-	if w.streamCancel != nil {
-		w.streamCancel()
+	w.closeStream()
+	if w.single {
+		// The store may have been upgraded since: look for WatchStream
+		// again on the next stream.
+		w.c.eps[w.streamEp].singleWatch.Store(false)
 	}
-	w.stream, w.streamCancel = nil, nil
 	err = storeerr.FromError(err)
 	addr := w.c.eps[w.streamEp].addr
 	code := codeOf(err)

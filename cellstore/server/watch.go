@@ -8,6 +8,7 @@ import (
 
 	"github.com/troupe-cluster/troupe/cellstore/authz"
 	"github.com/troupe-cluster/troupe/cellstore/keyspace"
+	"github.com/troupe-cluster/troupe/cellstore/statemachine"
 	"github.com/troupe-cluster/troupe/cellstore/storeerr"
 	"github.com/troupe-cluster/troupe/cellstore/watch"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
@@ -38,20 +39,12 @@ type shardBatch struct {
 // what was sent before it.
 func (s *Server) Watch(req *storev1.WatchRequest, stream storev1.Store_WatchServer) error {
 	ctx := stream.Context()
-	if err := s.admit(ctx, Access{Method: "Watch", Prefix: req.GetPrefix(), PrefixOp: authz.OpWatch}); err != nil {
+	cursor, shards, err := s.watchStart(ctx, req.GetPrefix(), req.GetCursor())
+	if err != nil {
 		return err
-	}
-	cursor := s.localCursor()
-	if len(req.GetCursor()) > 0 {
-		c, err := keyspace.DecodeCursor(req.GetCursor(), s.router.Shards())
-		if err != nil {
-			return storeerr.BadCursor.With("watch: %v", err)
-		}
-		cursor = c
 	}
 	s.cfg.Metrics.watchers.Inc()
 	defer s.cfg.Metrics.watchers.Dec()
-	shards := s.router.PrefixShards(req.GetPrefix())
 	if len(shards) == 1 {
 		return s.watchShard(ctx, stream, shards[0], cursor, req.GetPrefix())
 	}
@@ -85,6 +78,24 @@ func (s *Server) Watch(req *storev1.WatchRequest, stream storev1.Store_WatchServ
 			}
 		}
 	}
+}
+
+// watchStart admits a watch of prefix from cursor (empty: from this
+// replica's current revisions), for Watch and for every watch of a
+// WatchStream alike: it returns the cursor to start from and the shards
+// under prefix, or the error that refuses the watch.
+func (s *Server) watchStart(ctx context.Context, prefix string, cursor []byte) (keyspace.Cursor, []uint32, error) {
+	if err := s.admit(ctx, Access{Method: "Watch", Prefix: prefix, PrefixOp: authz.OpWatch}); err != nil {
+		return nil, nil, err
+	}
+	if len(cursor) == 0 {
+		return s.localCursor(), s.router.PrefixShards(prefix), nil
+	}
+	c, err := keyspace.DecodeCursor(cursor, s.router.Shards())
+	if err != nil {
+		return nil, nil, storeerr.BadCursor.With("watch: %v", err)
+	}
+	return c, s.router.PrefixShards(prefix), nil
 }
 
 // watchShard serves a watch whose prefix lies on one shard: the stream's
@@ -176,6 +187,13 @@ func (s *Server) readShard(shard uint32, from uint64, prefix string) (shardBatch
 	if err != nil || wait != nil {
 		return shardBatch{}, wait, err
 	}
+	return matching(entries, shard, prefix), nil, nil
+}
+
+// matching returns the events under prefix among entries, revisions of
+// shard, and the last revision it looked at: all of them, or fewer once
+// their events reach maxBatchBytes.
+func matching(entries []statemachine.LogEntry, shard uint32, prefix string) shardBatch {
 	b := shardBatch{shard: shard}
 	size := 0
 	for _, e := range entries {
@@ -190,7 +208,7 @@ func (s *Server) readShard(shard uint32, from uint64, prefix string) (shardBatch
 		}
 		b.last = e.Revision
 	}
-	return b, nil, nil
+	return b
 }
 
 // watchError turns a reader's error into the stream's final status; a

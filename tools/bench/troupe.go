@@ -17,6 +17,7 @@ import (
 
 	"github.com/troupe-cluster/troupe/cellstore/keyspace"
 	"github.com/troupe-cluster/troupe/cellstore/pki"
+	"github.com/troupe-cluster/troupe/clientlib"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -72,6 +73,8 @@ type Troupe struct {
 	// maps keys to shards; both set by WaitReady when RouteToLeader.
 	leaders []*grpc.ClientConn
 	router  keyspace.Router
+	// watchMuxes[i] carries the watches on conns[i] (watch_troupe.go).
+	watchMuxes []*clientlib.WatchMux
 }
 
 var _ System = (*Troupe)(nil)
@@ -95,6 +98,8 @@ func DialTroupe(cfg TroupeConfig) (*Troupe, error) {
 			return nil, fmt.Errorf("bench: dial troupe %s: %w", ep, err)
 		}
 		t.conns = append(t.conns, conn)
+		// Its streams end when conn closes.
+		t.watchMuxes = append(t.watchMuxes, clientlib.NewWatchMux(context.Background(), storev1.NewStoreClient(conn)))
 	}
 	return t, nil
 }

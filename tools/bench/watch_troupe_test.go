@@ -39,8 +39,8 @@ func TestTroupeWatch(t *testing.T) {
 	if wr.Lost != 0 || wr.Duplicates != 0 || wr.Unexpected != 0 || wr.BehindTold != 0 {
 		t.Errorf("lost %d, duplicates %d, unexpected %d, told %d: want none", wr.Lost, wr.Duplicates, wr.Unexpected, wr.BehindTold)
 	}
-	if wr.Connections != 3 || wr.Streams != watchers {
-		t.Errorf("%d connections, %d streams; want 3 and %d", wr.Connections, wr.Streams, watchers)
+	if wr.Connections != 3 || wr.Streams != 3 {
+		t.Errorf("%d connections, %d streams; want 3 and 3 (one WatchStream per connection)", wr.Connections, wr.Streams)
 	}
 	if p50 := wr.Delays.Quantile(0.5); p50 <= 0 || p50 > 10*time.Second {
 		t.Errorf("delivery p50 %v", p50)

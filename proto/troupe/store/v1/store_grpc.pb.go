@@ -27,6 +27,11 @@ type StoreClient interface {
 	Range(ctx context.Context, in *RangeRequest, opts ...grpc.CallOption) (*RangeResponse, error)
 	// Watch streams committed changes under a prefix from a cursor.
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (Store_WatchClient, error)
+	// WatchStream carries many watches over one stream, as etcd's Watch
+	// does: the client creates and cancels watches by ids it chooses, and
+	// a change that several of them match is sent once, naming them all.
+	// Watch stays for clients that predate it.
+	WatchStream(ctx context.Context, opts ...grpc.CallOption) (Store_WatchStreamClient, error)
 	// Status describes the node and its shards.
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 }
@@ -98,6 +103,37 @@ func (x *storeWatchClient) Recv() (*WatchResponse, error) {
 	return m, nil
 }
 
+func (c *storeClient) WatchStream(ctx context.Context, opts ...grpc.CallOption) (Store_WatchStreamClient, error) {
+	stream, err := c.cc.NewStream(ctx, &_Store_serviceDesc.Streams[1], "/troupe.store.v1.Store/WatchStream", opts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &storeWatchStreamClient{stream}
+	return x, nil
+}
+
+type Store_WatchStreamClient interface {
+	Send(*WatchStreamRequest) error
+	Recv() (*WatchStreamResponse, error)
+	grpc.ClientStream
+}
+
+type storeWatchStreamClient struct {
+	grpc.ClientStream
+}
+
+func (x *storeWatchStreamClient) Send(m *WatchStreamRequest) error {
+	return x.ClientStream.SendMsg(m)
+}
+
+func (x *storeWatchStreamClient) Recv() (*WatchStreamResponse, error) {
+	m := new(WatchStreamResponse)
+	if err := x.ClientStream.RecvMsg(m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
 func (c *storeClient) Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error) {
 	out := new(StatusResponse)
 	err := c.cc.Invoke(ctx, "/troupe.store.v1.Store/Status", in, out, opts...)
@@ -121,6 +157,11 @@ type StoreServer interface {
 	Range(context.Context, *RangeRequest) (*RangeResponse, error)
 	// Watch streams committed changes under a prefix from a cursor.
 	Watch(*WatchRequest, Store_WatchServer) error
+	// WatchStream carries many watches over one stream, as etcd's Watch
+	// does: the client creates and cancels watches by ids it chooses, and
+	// a change that several of them match is sent once, naming them all.
+	// Watch stays for clients that predate it.
+	WatchStream(Store_WatchStreamServer) error
 	// Status describes the node and its shards.
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
 	mustEmbedUnimplementedStoreServer()
@@ -141,6 +182,9 @@ func (UnimplementedStoreServer) Range(context.Context, *RangeRequest) (*RangeRes
 }
 func (UnimplementedStoreServer) Watch(*WatchRequest, Store_WatchServer) error {
 	return status.Errorf(codes.Unimplemented, "method Watch not implemented")
+}
+func (UnimplementedStoreServer) WatchStream(Store_WatchStreamServer) error {
+	return status.Errorf(codes.Unimplemented, "method WatchStream not implemented")
 }
 func (UnimplementedStoreServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Status not implemented")
@@ -233,6 +277,32 @@ func (x *storeWatchServer) Send(m *WatchResponse) error {
 	return x.ServerStream.SendMsg(m)
 }
 
+func _Store_WatchStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(StoreServer).WatchStream(&storeWatchStreamServer{stream})
+}
+
+type Store_WatchStreamServer interface {
+	Send(*WatchStreamResponse) error
+	Recv() (*WatchStreamRequest, error)
+	grpc.ServerStream
+}
+
+type storeWatchStreamServer struct {
+	grpc.ServerStream
+}
+
+func (x *storeWatchStreamServer) Send(m *WatchStreamResponse) error {
+	return x.ServerStream.SendMsg(m)
+}
+
+func (x *storeWatchStreamServer) Recv() (*WatchStreamRequest, error) {
+	m := new(WatchStreamRequest)
+	if err := x.ServerStream.RecvMsg(m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
 func _Store_Status_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(StatusRequest)
 	if err := dec(in); err != nil {
@@ -277,6 +347,12 @@ var _Store_serviceDesc = grpc.ServiceDesc{
 			StreamName:    "Watch",
 			Handler:       _Store_Watch_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "WatchStream",
+			Handler:       _Store_WatchStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "troupe/store/v1/store.proto",
