@@ -259,33 +259,28 @@ func GroupPlacements(ps []Placement, modes Modes) [][]Placement {
 	return groups
 }
 
-// EncodeBindings does ahead, on any goroutine, the validating and
-// encoding that committing plan's placements on s as scheduler at now
-// takes (the bound tasks and their Binding objects): CommitPlan of the
-// plan with the same scheduler and now then only writes them.
-func EncodeBindings(s clientlib.Store, plan *Plan, scheduler string, now time.Time) {
-	for i := range plan.Placements {
-		plan.Placements[i].encoded = encodeBinding(s, plan.Placements[i], scheduler, now)
-	}
-}
-
-// encodedBinding is a placement's writes, encoded by encodeBinding.
-type encodedBinding struct {
+// EncodedBinding is a placement's writes, validated and encoded by
+// EncodeBinding.
+type EncodedBinding struct {
 	scheduler string
 	now       time.Time
 	task      clientlib.Encoded[*troupev1.Task]
 	binding   clientlib.Encoded[*troupev1.Binding]
 }
 
-// encodeBinding readies the writes that bind p's task to its machine:
-// the task, bound, and the Binding object the machine's agent watches.
-func encodeBinding(s clientlib.Store, p Placement, scheduler string, now time.Time) *encodedBinding {
+// EncodeBinding readies the writes that bind p's task to its machine,
+// for a commit of its plan on s as scheduler at now: the task, bound, and
+// the Binding object the machine's agent watches. It is safe for
+// concurrent use, so that a caller can have them made as the plan is
+// (Profile.Placed) and set them as the placement's Encoded; CommitPlan
+// then only writes them.
+func EncodeBinding(s clientlib.Store, p Placement, scheduler string, now time.Time) *EncodedBinding {
 	t := p.Task.Task // shared with the scheduler's cache: read, never written
 	bound := &troupev1.Task{Metadata: t.GetMetadata(), Spec: t.GetSpec(), Charge: t.GetCharge(),
 		Binding: &troupev1.TaskBinding{Machine: p.Machine.Name, Scheduler: scheduler, BoundAt: timestamppb.New(now)},
 		Status:  &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_BOUND}}
 	ref := clientlib.TaskRef(bound.GetMetadata().GetNamespace(), bound.GetSpec().GetJob(), bound.GetSpec().GetIndex())
-	return &encodedBinding{scheduler: scheduler, now: now,
+	return &EncodedBinding{scheduler: scheduler, now: now,
 		task: clientlib.EncodeObject(s, clientlib.Tasks, bound),
 		binding: clientlib.EncodeObject(s, clientlib.Bindings, &troupev1.Binding{
 			Metadata: &troupev1.ObjectMeta{Name: ref}, Machine: p.Machine.Name, Scheduler: scheduler,
@@ -295,12 +290,12 @@ func encodeBinding(s clientlib.Store, p Placement, scheduler string, now time.Ti
 
 // writeBinding binds p's task to its machine in group g of a transaction
 // on s (on condition that the task is still at the version the scheduler
-// read and its job runs), with the writes EncodeBindings readied if they
-// are for the same scheduler and time.
+// read and its job runs), with the writes of p.Encoded if they are for
+// the same scheduler and time.
 func writeBinding(s clientlib.Store, g *clientlib.Group, p Placement, scheduler string, now time.Time) {
-	e := p.encoded
+	e := p.Encoded
 	if e == nil || e.scheduler != scheduler || !e.now.Equal(now) {
-		e = encodeBinding(s, p, scheduler, now)
+		e = EncodeBinding(s, p, scheduler, now)
 	}
 	spec := p.Task.Task.GetSpec()
 	clientlib.RequireJobRunning(g, p.Task.Task.GetMetadata().GetNamespace(), spec.GetJob())

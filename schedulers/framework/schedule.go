@@ -46,6 +46,11 @@ type Profile struct {
 	// Cache, if set, keeps the static filters' verdicts and buffers
 	// from one decision to the next (nil: each decision starts afresh).
 	Cache *Cache
+	// Placed, if set, is told of each placement as the plan makes it,
+	// in order (no later one undoes it), so that work on it, such as
+	// encoding its writes (EncodeBinding), can go on while the plan is
+	// made.
+	Placed func(Placement)
 }
 
 // Placement is one task put on one machine.
@@ -55,7 +60,8 @@ type Placement struct {
 	Score   int64
 	// Victims are the tasks evicted to make room (preemption).
 	Victims []*Running
-	encoded *encodedBinding // by EncodeBindings (nil: not yet)
+	// Encoded, if set, are its writes, made ahead (EncodeBinding).
+	Encoded *EncodedBinding
 }
 
 // Failure is a task the plan could not place, and why.
@@ -128,6 +134,9 @@ func Schedule(p Profile, snap *Snapshot, tasks []*Task) *Plan {
 			continue
 		}
 		plan.Placements = append(plan.Placements, Placement{Task: t, Machine: s.snap.Machines[idx], Score: score, Victims: victims})
+		if p.Placed != nil {
+			p.Placed(plan.Placements[len(plan.Placements)-1])
+		}
 		s.evict(idx, victims)
 		s.assume(t, idx)
 	}

@@ -18,11 +18,11 @@
 //
 // The same seed gives the same run, bit for bit: one goroutine runs the
 // events, ordered by (time, sequence), with a seeded random source per
-// scheduler. A second, the decider, does meanwhile work whose result
-// depends only on what it is handed when the work is sent: the plans of
-// decisions that cannot preempt (made on their snapshot, which no later
-// event changes), the encoding of their writes and of the next
-// arrival's tasks. The events wait for that work only where they use it.
+// scheduler. A second, the encoder, does meanwhile work whose result
+// depends only on what it is handed when the work is sent: the encoding
+// of the writes of a decision's placements, as its plan is made, and of
+// the next arrival's tasks. The events wait for that work only where
+// they use it.
 package sim
 
 import (
@@ -125,12 +125,15 @@ type Simulator struct {
 	backgrounded int
 	store        *memstore.Store
 	view         *scheduler.MachineView
-	scheds       []*simScheduler
-	// decider does, in turn, work whose result depends only on what it
-	// is given, while the events after run: the plans of decisions that
-	// cannot preempt (see decide) and the next arrival's tasks (see
-	// ahead); nil outside Run.
-	decider chan func()
+	// snap is the snapshot of the decision being made, refilled for the
+	// next (decisions are made one at a time).
+	snap   framework.Snapshot
+	scheds []*simScheduler
+	// encoder does, in turn, work whose result depends only on what it
+	// is given, while the simulation goes on: the encoding of the writes
+	// of a decision's placements as its plan is made (see decide) and of
+	// the next arrival's tasks (see ahead); nil outside Run.
+	encoder chan func()
 	jobs    map[string]*jobState // by "<ns>/<name>"
 	// waiting are the waits of jobs whose tasks fit nowhere, in the
 	// order they began (as the cell's instances wake them); a task's end
@@ -145,9 +148,6 @@ type Simulator struct {
 	// priority come to (framework.Snapshot.Preemptible), for each
 	// priority asked about so far.
 	evictable map[int32][]framework.Evictable
-	// evictableOn counts, for each priority of evictable, the machines
-	// where it counts some tasks.
-	evictableOn map[int32]int
 	// cpuUsed is the CPU allocated now; cpuTime integrates it.
 	cpuUsed       int64
 	cpuTime       float64 // millicore-seconds
@@ -201,7 +201,7 @@ func New(cfg Config) (*Simulator, error) {
 		return nil, err
 	}
 	s := &Simulator{cfg: cfg, view: scheduler.NewMachineView(), jobs: map[string]*jobState{}, byName: map[string]*simMachine{},
-		evictable: map[int32][]framework.Evictable{}, evictableOn: map[int32]int{}, stats: newStats(cfg.Schedulers), capacity: map[string]int64{},
+		evictable: map[int32][]framework.Evictable{}, stats: newStats(cfg.Schedulers), capacity: map[string]int64{},
 		ending: map[endKey][]endRef{}}
 	for _, m := range cfg.Machines {
 		s.cpuTotal += m.CPU
@@ -217,6 +217,7 @@ func New(cfg Config) (*Simulator, error) {
 	}
 	s.store = store
 	s.store.Observe(s.observe)
+	s.snap.Running, s.snap.Preemptible = s.running, s.preemptible
 	for i, sc := range cfg.Schedulers {
 		prof, modes, err := profiles.New(sc.Kind, rand.New(rand.NewPCG(cfg.Seed, uint64(i))))
 		if err != nil {
@@ -327,9 +328,9 @@ func (s *Simulator) Run(ctx context.Context, jobs workload.Source) (*Stats, erro
 	}
 	// A scheduler makes one decision at a time, and one arrival is read
 	// ahead.
-	s.decider = make(chan func(), len(s.scheds)+1)
-	defer close(s.decider)
-	go work(s.decider)
+	s.encoder = make(chan func(), len(s.scheds)+1)
+	defer close(s.encoder)
+	go work(s.encoder)
 	next, err := jobs.Next()
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, err
@@ -414,7 +415,7 @@ func (s *Simulator) arrive(job workload.Job, made *newTasks, jobs workload.Sourc
 }
 
 // newTasks are a job's tasks, made and encoded for their creation by
-// kind at time at (on the decider when done is set).
+// kind at time at (on the encoder when done is set).
 type newTasks struct {
 	at      time.Duration
 	kind    string
@@ -423,15 +424,15 @@ type newTasks struct {
 	done    chan struct{} // closed when made
 }
 
-// ahead has job's tasks made on the decider, for its arrival (nil: no
+// ahead has job's tasks made on the encoder, for its arrival (nil: no
 // scheduler serves it, which its arrival reports).
 func (s *Simulator) ahead(job workload.Job) *newTasks {
 	sc := s.schedulerFor(job)
-	if sc == nil || s.decider == nil {
+	if sc == nil || s.encoder == nil {
 		return nil
 	}
 	nt := &newTasks{at: job.Submit, kind: sc.cfg.Kind, done: make(chan struct{})}
-	s.decider <- func() {
+	s.encoder <- func() {
 		nt.make(s.store, job)
 		close(nt.done)
 	}
@@ -548,52 +549,88 @@ func (s *Simulator) decide(sc *simScheduler) {
 		s.stats.waited(sc.index, s.now-js.job.Submit)
 	}
 	sc.busy = true
-	s.view.Refill(&sc.snap, js.on, js.key)
+	s.view.Refill(&s.snap, js.on, js.key)
 	took := sc.cfg.Decision.For(len(pending))
 	start := s.now
-	d := &decision{profile: sc.profile, snap: &sc.snap, tasks: pending}
-	if s.decider != nil && !s.mayPreempt(sc, pending) {
-		// Its plan depends only on the snapshot taken now: made on
-		// the decider, it is the same plan; its writes are encoded
-		// there too.
-		sc.snap.Running, sc.snap.Preemptible = nil, nil
-		d.store, d.scheduler, d.commitAt = s.store, sc.cfg.Name, epoch.Add(start+took)
-		d.done = make(chan struct{})
-		s.decider <- d.make
-	} else {
-		sc.snap.Running, sc.snap.Preemptible = s.running, s.preemptible
-		d.plan = framework.Schedule(d.profile, d.snap, d.tasks)
+	enc := s.encodeBindings(sc.cfg.Name, epoch.Add(start+took))
+	p := sc.profile
+	if enc != nil {
+		p.Placed = enc.add
 	}
-	s.at(s.now+took, func() { s.finishDecision(sc, js, d.wait(), start) })
+	plan := framework.Schedule(p, &s.snap, pending)
+	enc.flush()
+	s.at(s.now+took, func() { s.finishDecision(sc, js, enc.wait(plan), start) })
 }
 
-// A decision is a plan being made, on the decider when done is set
-// (with its writes encoded for a commit on store by scheduler at
-// commitAt).
-type decision struct {
-	profile   framework.Profile
-	snap      *framework.Snapshot
-	tasks     []*framework.Task
-	plan      *framework.Plan
-	done      chan struct{} // closed when plan is made
-	store     *memstore.Store
+// bindingEncoder has the writes of a plan's placements encoded on the
+// encoder as the plan is made (framework.Profile.Placed), in batches.
+type bindingEncoder struct {
+	s         *Simulator
 	scheduler string
 	commitAt  time.Time
+	batch     []framework.Placement
+	// encoded are the batches' writes, each batch's filled in by the
+	// encoder; done is closed once every batch sent is.
+	encoded []*[]*framework.EncodedBinding
+	done    chan struct{}
 }
 
-// wait returns the plan once it is made.
-func (d *decision) wait() *framework.Plan {
-	if d.done != nil {
-		<-d.done
+// encodeBatch is how many placements are sent to the encoder at once.
+const encodeBatch = 32
+
+// encodeBindings returns an encoder of placements committed by scheduler
+// at commitAt (nil outside Run: they are encoded by the commit).
+func (s *Simulator) encodeBindings(scheduler string, commitAt time.Time) *bindingEncoder {
+	if s.encoder == nil {
+		return nil
 	}
-	return d.plan
+	return &bindingEncoder{s: s, scheduler: scheduler, commitAt: commitAt, done: make(chan struct{})}
 }
 
-// make makes d's plan on the decider, and encodes its writes.
-func (d *decision) make() {
-	d.plan = framework.Schedule(d.profile, d.snap, d.tasks)
-	framework.EncodeBindings(d.store, d.plan, d.scheduler, d.commitAt)
-	close(d.done)
+func (e *bindingEncoder) add(p framework.Placement) {
+	if e.batch = append(e.batch, p); len(e.batch) == encodeBatch {
+		e.send()
+	}
+}
+
+func (e *bindingEncoder) send() {
+	ps, out := e.batch, new([]*framework.EncodedBinding)
+	e.batch, e.encoded = nil, append(e.encoded, out)
+	st, scheduler, at := e.s.store, e.scheduler, e.commitAt
+	e.s.encoder <- func() {
+		encoded := make([]*framework.EncodedBinding, len(ps))
+		for i, p := range ps {
+			encoded[i] = framework.EncodeBinding(st, p, scheduler, at)
+		}
+		*out = encoded
+	}
+}
+
+// flush sends what is left once the plan is made.
+func (e *bindingEncoder) flush() {
+	if e == nil {
+		return
+	}
+	if len(e.batch) > 0 {
+		e.send()
+	}
+	e.s.encoder <- func() { close(e.done) }
+}
+
+// wait sets the encoded writes of plan's placements once they are made.
+func (e *bindingEncoder) wait(plan *framework.Plan) *framework.Plan {
+	if e == nil {
+		return plan
+	}
+	<-e.done
+	i := 0
+	for _, out := range e.encoded {
+		for _, enc := range *out {
+			plan.Placements[i].Encoded = enc
+			i++
+		}
+	}
+	return plan
 }
 
 // work runs the functions sent on ch, in turn.
@@ -601,31 +638,6 @@ func work(ch <-chan func()) {
 	for fn := range ch {
 		fn()
 	}
-}
-
-// mayPreempt reports whether a decision of tasks by sc could evict
-// anything: its profile preempts, and some machine runs tasks of a
-// priority one of them may preempt. A decision that cannot reads only its
-// snapshot (its preemption finds nothing to evict, as it would with
-// neither Snapshot.Running nor Snapshot.Preemptible), so it can be made
-// on the decider while the simulator goes on; one that can reads the
-// machines' tasks as they are when it starts, so it is made at once.
-func (s *Simulator) mayPreempt(sc *simScheduler, tasks []*framework.Task) bool {
-	if !sc.profile.Preempt {
-		return false
-	}
-	last := int32(-1)
-	for _, t := range tasks {
-		below := framework.PreemptsBelow(t.Priority)
-		if below == last {
-			continue
-		}
-		last = below
-		if s.preemptible(below); s.evictableOn[below] > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // finishDecision commits plan, at the end of its decision time.
@@ -727,14 +739,7 @@ func (s *Simulator) bind(m *simMachine, js *jobState, i int32, delta int) {
 	t := js.job.Tasks[i]
 	for below, ev := range s.evictable {
 		if js.job.Priority < below {
-			was := ev[m.index].Tasks
 			count(&ev[m.index], t, delta)
-			switch now := ev[m.index].Tasks; {
-			case was == 0 && now > 0:
-				s.evictableOn[below]++
-			case was > 0 && now == 0:
-				s.evictableOn[below]--
-			}
 		}
 	}
 	s.cpuUsed += int64(delta) * t.CPU
@@ -760,9 +765,6 @@ func (s *Simulator) preemptible(below int32) []framework.Evictable {
 			if r.js.job.Priority < below {
 				count(&ev[i], r.js.job.Tasks[r.i], 1)
 			}
-		}
-		if ev[i].Tasks > 0 {
-			s.evictableOn[below]++
 		}
 	}
 	s.evictable[below] = ev
@@ -881,8 +883,6 @@ type simScheduler struct {
 	index   int
 	queue   []*jobState
 	busy    bool
-	// snap is the snapshot of its decision, refilled for the next.
-	snap framework.Snapshot
 }
 
 // event is something that happens at a virtual time; ties keep their
