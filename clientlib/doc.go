@@ -14,8 +14,9 @@
 //	List        │   ▼ Unavailable / Deadline /     │
 //	Status      │     ResourceExhausted            │
 //	            │   backoff, next endpoint ─▶ 2..N ┼──▶ current endpoint
-//	Watch ────▶ │ Watcher: stream, reopened from   ┼──▶ current endpoint
-//	            │ the last cursor delivered        │
+//	Watch ────▶ │ Watcher: on the endpoint's       ┼──▶ current endpoint
+//	            │ WatchStream, reopened from the   │
+//	            │ last cursor delivered            │
 //	            └──────────────────────────────────┘
 //
 // Every attempt has its own deadline (Config.AttemptTimeout) under the
@@ -67,6 +68,12 @@
 // or repeated. A cursor older than the store's change log ends the watch
 // with an error matching ErrCompacted; errors.As gives the
 // *CompactedError with the oldest cursor the store can still serve.
+//
+// The Watchers of a Client share one WatchStream per endpoint (WatchMux):
+// a change is received once for all of them. A Watcher whose reader falls
+// behind by 4,096 responses or 16 MiB is paused and resumed from its
+// cursor, so it neither holds up the others nor loses changes. Against a
+// store without WatchStream a Watcher opens a Watch RPC of its own.
 //
 // # Reading what others wrote
 //

@@ -42,7 +42,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "troupe_store_reads_total", Help: "Reads by method.",
 		}, []string{"method"}),
-		watchers:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "troupe_store_watchers", Help: "Open watch streams."}),
+		watchers:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "troupe_store_watchers", Help: "Open watches, of either watch RPC."}),
 		watchEvents: prometheus.NewCounter(prometheus.CounterOpts{Name: "troupe_store_watch_events_total", Help: "Events sent to watchers."}),
 		compacted:   prometheus.NewCounter(prometheus.CounterOpts{Name: "troupe_store_watch_compacted_total", Help: "Watches refused for a compacted cursor."}),
 		frozen: prometheus.NewCounter(prometheus.CounterOpts{

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/troupe-cluster/troupe/cellstore/memstore"
 	"github.com/troupe-cluster/troupe/clientlib"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
@@ -118,6 +120,70 @@ func TestCommitPlanWritesBindingAndCounters(t *testing.T) {
 	}
 	if kv, _ := h.store.Get(h.ctx, "/alloc/m1/cpu"); string(kv.GetValue()) != "600" {
 		t.Fatalf("counter %s, want 600", kv.GetValue())
+	}
+}
+
+// Writes encoded as the plan is made (Profile.Placed, EncodeBinding)
+// commit the same values as those CommitPlan encodes; writes encoded for
+// another scheduler or time are encoded again.
+func TestEncodedBindingsCommitTheSame(t *testing.T) {
+	bound := func(encode func(framework.Placement) *framework.EncodedBinding) map[string]proto.Message {
+		h := newHarness(t)
+		var encoded []*framework.EncodedBinding
+		p := framework.Profile{Placed: func(pl framework.Placement) { encoded = append(encoded, encode(pl)) }}
+		plan := framework.Schedule(p, h.snapshot(1000), h.pending("j", 3, 300))
+		if len(encoded) != len(plan.Placements) {
+			t.Fatalf("told of %d placements of %d", len(encoded), len(plan.Placements))
+		}
+		for i := range plan.Placements {
+			plan.Placements[i].Encoded = encoded[i]
+		}
+		if res, err := framework.CommitPlan(h.ctx, h.store, plan, framework.Modes{}, "batch-0", now); err != nil || len(res.Committed) != 3 {
+			t.Fatalf("commit: %v, %v", res, err)
+		}
+		out := map[string]proto.Message{}
+		tasks, _, err := clientlib.List(h.ctx, h.store, clientlib.Tasks, "")
+		for _, o := range tasks {
+			key, _ := clientlib.Tasks.Key(o)
+			out[key] = o
+		}
+		bindings, _, err2 := clientlib.List(h.ctx, h.store, clientlib.Bindings, "")
+		for _, o := range bindings {
+			key, _ := clientlib.Bindings.Key(o)
+			out[key] = o
+		}
+		if err != nil || err2 != nil {
+			t.Fatal(err, err2)
+		}
+		return out
+	}
+	st := memstore.New(func() time.Time { return now }, time.Minute)
+	want := bound(func(framework.Placement) *framework.EncodedBinding { return nil })
+	for name, encode := range map[string]func(framework.Placement) *framework.EncodedBinding{
+		"ahead": func(p framework.Placement) *framework.EncodedBinding {
+			return framework.EncodeBinding(st, p, "batch-0", now)
+		},
+		"other scheduler": func(p framework.Placement) *framework.EncodedBinding {
+			return framework.EncodeBinding(st, p, "batch-1", now)
+		},
+		"other time": func(p framework.Placement) *framework.EncodedBinding {
+			return framework.EncodeBinding(st, p, "batch-0", now.Add(time.Second))
+		},
+	} {
+		got := bound(encode)
+		if len(got) != 6 || len(want) != 6 {
+			t.Fatalf("%s: committed %d values, CommitPlan alone %d; want 6", name, len(got), len(want))
+		}
+		for key, o := range want {
+			for _, m := range []proto.Message{o, got[key]} { // each run's tasks have their own uids and creation times
+				if md := m.(interface{ GetMetadata() *troupev1.ObjectMeta }).GetMetadata(); md != nil {
+					md.Uid, md.Created = "", nil
+				}
+			}
+			if !proto.Equal(got[key], o) {
+				t.Errorf("%s: %s is %v, want %v as CommitPlan encodes it", name, key, got[key], o)
+			}
+		}
 	}
 }
 

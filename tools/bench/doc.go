@@ -85,9 +85,9 @@
 //     revisions must rise strictly and cover every committed revision.
 //     Events missing at a watcher that was not told are lost, and lost or
 //     duplicated events fail the run. Systems offer it through
-//     WatchSystem (Troupe: one storev1 Watch stream per watcher, spread
-//     over one connection per endpoint; etcd: clientv3 watches, which
-//     share one gRPC stream per client). Its line is
+//     WatchSystem (Troupe: a WatchStream per connection, one connection
+//     per endpoint, through clientlib.WatchMux; etcd: clientv3 watches,
+//     which share one gRPC stream per client). Its line is
 //     {"workload":"watch","system":..,"commit_ops_per_sec":..,"commit_p50_ms":..,
 //     "commit_p99_ms":..,"delivery_p50_ms":..,"delivery_p99_ms":..,"events_per_sec":..,
 //     "watchers":..,"watch_connections":..,"watch_streams":..,"behind_told":..,"lost":0},

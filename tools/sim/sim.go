@@ -326,8 +326,7 @@ func (s *Simulator) Run(ctx context.Context, jobs workload.Source) (*Stats, erro
 	if err := s.prefill(ctx, workload.PrefillOf(jobs)); err != nil {
 		return nil, err
 	}
-	// A scheduler makes one decision at a time, and one arrival is read
-	// ahead.
+	// A short queue: the events wait when the encoder falls behind.
 	s.encoder = make(chan func(), len(s.scheds)+1)
 	defer close(s.encoder)
 	go work(s.encoder)
