@@ -36,17 +36,19 @@ type VersionReader interface {
 
 // MemStorage is an in-memory Storage, ordered by key. It backs engine tests
 // and the in-memory store of the simulator. Values are found by hash, and
-// the keys are put in order only when a Scan needs them: most writes
-// change the value of a key that exists (a counter, a task bound), and a
-// store nobody reads by range (the simulator's) creates and deletes keys
-// without ever ordering them.
+// the keys are put in order only when a Scan of their range needs them:
+// most writes change the value of a key that exists (a counter, a task
+// bound), and a store nobody reads by range (the simulator's: its engine
+// scans only its own small indexes, such as the outcomes' expiry) creates
+// and deletes data keys without ever ordering them.
 type MemStorage struct {
 	values map[string]memValue
 	// keys holds the keys in order, but for fresh: the keys created
-	// since the last Scan (some since deleted or ordered), added to keys
-	// by the next.
+	// since their range was last scanned (some since deleted or
+	// ordered), by first byte (the engine's key kinds), added to keys by
+	// the next Scan that reaches them.
 	keys  *btree.BTreeG[string]
-	fresh []string
+	fresh [256][]string
 }
 
 type memValue struct {
@@ -76,10 +78,11 @@ func (m *MemStorage) Set(key, value []byte) error {
 	}
 	k := string(key)
 	m.values[k] = memValue{v: v}
-	if len(m.fresh) >= 2*len(m.values)+1024 {
-		m.fresh = slices.DeleteFunc(m.fresh, func(k string) bool { e, ok := m.values[k]; return !ok || e.ordered })
+	b := firstByte(k)
+	if len(m.fresh[b]) >= 2*len(m.values)+1024 {
+		m.fresh[b] = slices.DeleteFunc(m.fresh[b], func(k string) bool { e, ok := m.values[k]; return !ok || e.ordered })
 	}
-	m.fresh = append(m.fresh, k)
+	m.fresh[b] = append(m.fresh[b], k)
 	return nil
 }
 
@@ -96,7 +99,13 @@ func (m *MemStorage) Delete(key []byte) error {
 
 // Scan implements Storage.
 func (m *MemStorage) Scan(lower, upper []byte, fn func(key, value []byte) bool) error {
-	m.order()
+	last := 255
+	if upper != nil {
+		last = firstByte(string(upper))
+	}
+	for b := firstByte(string(lower)); b <= last; b++ {
+		m.order(b)
+	}
 	m.keys.AscendGreaterOrEqual(string(lower), func(k string) bool {
 		if upper != nil && k >= string(upper) {
 			return false
@@ -106,15 +115,24 @@ func (m *MemStorage) Scan(lower, upper []byte, fn func(key, value []byte) bool) 
 	return nil
 }
 
-// order puts the fresh keys that still exist in keys.
-func (m *MemStorage) order() {
-	for _, k := range m.fresh {
+// order puts the fresh keys of first byte b that still exist in keys.
+func (m *MemStorage) order(b int) {
+	for _, k := range m.fresh[b] {
 		if e, ok := m.values[k]; ok && !e.ordered {
 			m.keys.ReplaceOrInsert(k)
 			m.values[k] = memValue{v: e.v, ordered: true}
 		}
 	}
-	m.fresh = m.fresh[:0]
+	m.fresh[b] = m.fresh[b][:0]
+}
+
+// firstByte is the bucket of fresh keys k goes in (the empty key, first
+// in order, with those of byte 0).
+func firstByte(k string) int {
+	if k == "" {
+		return 0
+	}
+	return int(k[0])
 }
 
 // Len is the number of stored keys, internal ones included.

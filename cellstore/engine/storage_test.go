@@ -11,17 +11,18 @@ import (
 // MemStorage's Scan sees exactly the keys that exist, in order, however
 // sets, deletes and scans interleave (keys created, deleted and created
 // again between scans; long stretches without one; scans of part of the
-// range), against a map.
+// range, of keys of several first bytes), against a map.
 func TestMemStorageScan(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 7))
 	st := NewMemStorage()
 	want := map[string]string{}
-	for step := range 20000 {
-		k := fmt.Sprintf("k%03d", r.IntN(300))
-		// Stretches of 8,000 steps without a scan make the fresh keys
+	for step := range 40000 {
+		key := func() string { return fmt.Sprintf("%c%02d", 'a'+r.IntN(3), r.IntN(40)) } // keys of several first bytes
+		k := key()
+		// Stretches of 18,000 steps without a scan make the fresh keys
 		// pile up past their compaction.
 		switch n := r.IntN(100); {
-		case n < 55 || n >= 95 && step%10000 < 8000:
+		case n < 55 || n >= 95 && step%20000 < 18000:
 			v := fmt.Sprint(step)
 			if err := st.Set([]byte(k), []byte(v)); err != nil {
 				t.Fatal(err)
@@ -33,9 +34,9 @@ func TestMemStorageScan(t *testing.T) {
 			}
 			delete(want, k)
 		default:
-			lower, upper := fmt.Sprintf("k%03d", r.IntN(300)), []byte(nil)
+			lower, upper := key(), []byte(nil)
 			if r.IntN(2) == 0 {
-				upper = []byte(fmt.Sprintf("k%03d", r.IntN(300)))
+				upper = []byte(key())
 			}
 			var got []string
 			if err := st.Scan([]byte(lower), upper, func(k, v []byte) bool {
