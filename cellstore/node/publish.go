@@ -65,15 +65,8 @@ func (n *Node) advertisedGRPC() string {
 // n.published. A joining node retries until the cell has added it.
 func (n *Node) publish() {
 	defer close(n.published)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := stopContext(n.stop)
 	defer cancel()
-	go func() {
-		select {
-		case <-n.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	rec := n.record()
 	pause := n.cfg.RTT
 	for {
