@@ -77,11 +77,11 @@ func (m *MemStorage) Set(key, value []byte) error {
 		return nil
 	}
 	k := string(key)
-	m.values[k] = memValue{v: v}
 	b := firstByte(k)
 	if len(m.fresh[b]) >= 2*len(m.values)+1024 {
-		m.fresh[b] = slices.DeleteFunc(m.fresh[b], func(k string) bool { e, ok := m.values[k]; return !ok || e.ordered })
+		m.compact(b)
 	}
+	m.values[k] = memValue{v: v}
 	m.fresh[b] = append(m.fresh[b], k)
 	return nil
 }
@@ -113,6 +113,19 @@ func (m *MemStorage) Scan(lower, upper []byte, fn func(key, value []byte) bool) 
 		return fn([]byte(k), m.values[k].v)
 	})
 	return nil
+}
+
+// compact drops from fresh[b] the keys deleted or ordered since, and
+// the repeats of a key deleted and created again: what is left is at
+// most the keys that exist, so compacting again takes as many appends.
+func (m *MemStorage) compact(b int) {
+	seen := make(map[string]bool, len(m.fresh[b]))
+	m.fresh[b] = slices.DeleteFunc(m.fresh[b], func(k string) bool {
+		e, ok := m.values[k]
+		drop := !ok || e.ordered || seen[k]
+		seen[k] = true
+		return drop
+	})
 }
 
 // order puts the fresh keys of first byte b that still exist in keys.

@@ -58,3 +58,21 @@ func TestMemStorageScan(t *testing.T) {
 		}
 	}
 }
+
+// A key created and deleted over and over, in a range no scan reaches
+// (the simulator's tasks), leaves MemStorage's fresh keys bounded: their
+// compaction drops the repeats.
+func TestMemStorageFreshKeysBounded(t *testing.T) {
+	st := NewMemStorage()
+	for i := range 50000 {
+		if err := st.Set([]byte("dtask"), []byte{1}); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Delete([]byte("dtask")); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(st.fresh['d']); n > 2*st.Len()+1024+1 {
+			t.Fatalf("after %d rounds %d fresh keys for %d stored", i+1, n, st.Len())
+		}
+	}
+}
