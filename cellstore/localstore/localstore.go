@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -120,7 +121,11 @@ func (c *Cluster) nodeConfig(i int, raftAddr string, member func(*node.Config)) 
 	nc.NodeID = uint64(i + 1)
 	nc.DataDir = filepath.Join(c.cfg.Dir, fmt.Sprintf("node-%d", i+1))
 	nc.RaftAddr = raftAddr
-	nc.GRPCAddr = "127.0.0.1:0"
+	grpcPort, err := FreePorts(1)
+	if err != nil {
+		return nc, err
+	}
+	nc.GRPCAddr = fmt.Sprintf("127.0.0.1:%d", grpcPort[0])
 	nc.HTTPAddr = ""
 	nc.Shards = uint32(c.cfg.Shards)
 	nc.RTT = 10 * time.Millisecond
@@ -237,7 +242,10 @@ func (c *Cluster) StartNewNode() (int, error) {
 	return i, nil
 }
 
-// FreePorts returns n distinct free TCP ports on 127.0.0.1.
+// FreePorts returns n distinct free TCP ports on 127.0.0.1, drawn below
+// the kernel's ephemeral range (Linux's starts at 32768): a node keeps its
+// ports across restarts, and a port of that range freed by a stopped node
+// can be taken meanwhile as the local port of any outgoing connection.
 func FreePorts(n int) ([]int, error) {
 	var ls []net.Listener
 	defer func() {
@@ -247,14 +255,55 @@ func FreePorts(n int) ([]int, error) {
 	}()
 	ports := make([]int, n)
 	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
+		for attempt := 0; ; attempt++ {
+			if attempt == maxPortAttempts {
+				return nil, fmt.Errorf("localstore: no free port below %d on 127.0.0.1 in %d attempts", lastPort+1, maxPortAttempts)
+			}
+			port := firstPort + rand.IntN(lastPort-firstPort+1)
+			if !recentPorts.take(port) {
+				continue // handed out lately, perhaps not yet bound by its node
+			}
+			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+			if err != nil {
+				continue // in use
+			}
+			ls = append(ls, l)
+			ports[i] = port
+			break
 		}
-		ls = append(ls, l)
-		ports[i] = l.Addr().(*net.TCPAddr).Port
 	}
 	return ports, nil
+}
+
+// The ports FreePorts draws from, and how many it tries for one.
+const (
+	firstPort       = 20000
+	lastPort        = 32767
+	maxPortAttempts = 1000
+)
+
+// recentPorts are the last ports FreePorts handed out in this process,
+// which it does not hand out again.
+var recentPorts = &portRing{seen: map[int]bool{}}
+
+type portRing struct {
+	mu   sync.Mutex
+	ring [4096]int
+	next int
+	seen map[int]bool
+}
+
+// take reports whether port was not handed out lately, and records it.
+func (r *portRing) take(port int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.seen[port] {
+		return false
+	}
+	delete(r.seen, r.ring[r.next])
+	r.ring[r.next], r.seen[port] = port, true
+	r.next = (r.next + 1) % len(r.ring)
+	return true
 }
 
 // StartNode (re)starts node i (0-based) from its data directory.

@@ -117,7 +117,17 @@ func TestRemovedStoreExits(t *testing.T) {
 	if out, err := remove.CombinedOutput(); err != nil {
 		t.Fatalf("members remove: %v\n%s", err, out)
 	}
-	err := cell.procs[2].Wait()
+	exited := make(chan error, 1)
+	go func() { exited <- cell.procs[2].Wait() }()
+	var err error
+	select {
+	case err = <-exited:
+	case <-ctx.Done():
+		// A removed node learns its removal from the commit of the change;
+		// one that misses it stays up (removal.go), which must fail this
+		// test, not hang it.
+		t.Fatalf("the removed store had not exited when the test's deadline passed: %v", ctx.Err())
+	}
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
 		t.Fatalf("the removed store exited with %v, want status 1", err)
