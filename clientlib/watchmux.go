@@ -82,7 +82,6 @@ type MuxWatch struct {
 	sizes   []int // proto sizes of queue's responses
 	bytes   int   // their sum
 	end     error // set once the watch is over, after queue is read
-	paused  bool  // the store still has the watch: cancel it on Close
 	removed bool  // the stream no longer routes responses to the watch
 	wake    chan struct{}
 
@@ -194,8 +193,15 @@ func (m *WatchMux) receive(s *muxStream) {
 			if w == nil {
 				continue // closed, or paused: what follows is read again on resumption
 			}
-			if !w.push(resp, size) {
+			keep, paused := w.push(resp, size)
+			if !keep {
 				delete(s.watches, id)
+			}
+			if paused {
+				// The store stops sending for it at once, not when its
+				// reader has drained the queue; in the background, as
+				// a Send may wait for the store.
+				go s.send(cancelRequest(id))
 			}
 		}
 		s.mu.Unlock()
@@ -210,17 +216,18 @@ func (s *muxStream) send(req *storev1.WatchStreamRequest) {
 	_ = s.stream.Send(req)
 }
 
-// push queues resp (of size bytes) for the reader. It returns false when
-// the watch takes no more from the stream: it ended (resp is canceled),
-// or its queue is full and it pauses.
-func (w *MuxWatch) push(resp *storev1.WatchStreamResponse, size int) bool {
+// push queues resp (of size bytes) for the reader. It returns keep
+// false when the watch takes no more from the stream: it ended (resp is
+// canceled), or its queue is full and it pauses, and then paused is true
+// (the store still has the watch).
+func (w *MuxWatch) push(resp *storev1.WatchStreamResponse, size int) (keep, paused bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.end != nil || w.removed {
-		return false
+		return false, false
 	}
 	if !resp.GetCanceled() && (len(w.queue) >= muxQueueResponses || w.bytes+size > muxQueueBytes) {
-		w.paused, w.removed = true, true
+		w.removed, paused = true, true
 		w.end = ErrWatchPaused
 	} else {
 		w.queue = append(w.queue, resp)
@@ -229,7 +236,7 @@ func (w *MuxWatch) push(resp *storev1.WatchStreamResponse, size int) bool {
 		w.removed = resp.GetCanceled()
 	}
 	w.signal()
-	return !w.removed
+	return !w.removed, paused
 }
 
 // finish ends the watch with err once its queue is read.
@@ -350,8 +357,7 @@ func (w *MuxWatch) Close() {
 	left := len(s.watches)
 	s.mu.Unlock()
 	w.mu.Lock()
-	live = live || w.paused
-	w.paused, w.removed = false, true
+	w.removed = true
 	if w.end == nil {
 		w.end = errMuxWatchClosed
 	}
@@ -364,8 +370,11 @@ func (w *MuxWatch) Close() {
 	case live:
 		// Sent in the background: a Send may wait for the store, and
 		// Close must not.
-		go func() {
-			s.send(&storev1.WatchStreamRequest{Request: &storev1.WatchStreamRequest_Cancel{Cancel: &storev1.WatchCancel{WatchId: w.id}}})
-		}()
+		go s.send(cancelRequest(w.id))
 	}
+}
+
+// cancelRequest asks the store to stop watch id.
+func cancelRequest(id int64) *storev1.WatchStreamRequest {
+	return &storev1.WatchStreamRequest{Request: &storev1.WatchStreamRequest_Cancel{Cancel: &storev1.WatchCancel{WatchId: id}}}
 }

@@ -198,7 +198,12 @@ func TestWatchMuxPausesSlowReader(t *testing.T) {
 	c := memClient(t, addr, &rpcLog{}, reg)
 	ctx, cancel := context.WithTimeout(t.Context(), clientTestTimeout)
 	defer cancel()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cancels := make(chan int64, 8)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			cs, err := streamer(ctx, desc, cc, method, opts...)
+			return cancelSpy{cs, cancels}, err
+		}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,6 +261,13 @@ func TestWatchMuxPausesSlowReader(t *testing.T) {
 			got = len(resp.GetEvents())
 		}
 	}
+	// The slow watch paused before the fast one had the last commit; the
+	// store is asked to stop it then, before its queue is read.
+	select {
+	case <-cancels:
+	case <-ctx.Done():
+		t.Fatal("the paused watch was not canceled on the store before its reader drained it")
+	}
 	read := 0
 	for {
 		resp, err := slow.Next(ctx)
@@ -284,4 +296,18 @@ func TestWatchMuxPausesSlowReader(t *testing.T) {
 	if v := clientMetricValue(t, reg, "troupe_client_retries_total", map[string]string{"method": "Watch"}); v == 0 {
 		t.Fatalf("the slow Watcher was never paused and resumed (troupe_client_retries_total{method=Watch} is 0)")
 	}
+}
+
+// cancelSpy reports the watch IDs of the WatchStream cancels sent on its
+// stream.
+type cancelSpy struct {
+	grpc.ClientStream
+	cancels chan<- int64
+}
+
+func (c cancelSpy) SendMsg(m any) error {
+	if req, ok := m.(*storev1.WatchStreamRequest); ok && req.GetCancel() != nil {
+		c.cancels <- req.GetCancel().GetWatchId()
+	}
+	return c.ClientStream.SendMsg(m)
 }
