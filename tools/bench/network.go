@@ -5,8 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"maps"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -120,8 +118,12 @@ func (dl *delayedLinks) raftTune(delay time.Duration) func(*node.Config) {
 	return func(nc *node.Config) {
 		dl.mu.Lock()
 		defer dl.mu.Unlock()
-		listen, err := freeAddrBut(nc.InitialMembers)
+		// FreePorts hands out no port twice in a process, so not the
+		// members' (which the cell picked and freed, but the links have
+		// not all taken yet).
+		ports, err := localstore.FreePorts(1)
 		if err == nil {
+			listen := fmt.Sprintf("127.0.0.1:%d", ports[0])
 			var l *linkproxy.Link
 			if l, err = linkproxy.Forward(fmt.Sprintf("->%d", nc.NodeID), nc.RaftAddr, listen, delay); err == nil {
 				dl.links = append(dl.links, l)
@@ -131,23 +133,6 @@ func (dl *delayedLinks) raftTune(delay time.Duration) func(*node.Config) {
 		}
 		dl.err = errors.Join(dl.err, fmt.Errorf("bench: delayed Raft link to node %d: %w", nc.NodeID, err))
 	}
-}
-
-// freeAddrBut returns a free loopback address other than the members'
-// (whose ports the cell picked and freed, but the links have not all
-// taken yet).
-func freeAddrBut(members map[uint64]string) (string, error) {
-	taken := slices.Collect(maps.Values(members))
-	for range 10 {
-		ports, err := localstore.FreePorts(1)
-		if err != nil {
-			return "", err
-		}
-		if a := fmt.Sprintf("127.0.0.1:%d", ports[0]); !slices.Contains(taken, a) {
-			return a, nil
-		}
-	}
-	return "", errors.New("no free port apart from the members'")
 }
 
 // front puts a link delayed by delay in front of each endpoint and
