@@ -170,16 +170,19 @@ func (c *checker) meta(m *troupev1.ObjectMeta, namespaced bool, nameRule func(fi
 // resources.
 var builtinResources = map[string]bool{"cpu": true, "memory": true, "gpu": true, "ephemeral-storage": true}
 
+// resources checks a map of resources. Field paths are built only for
+// an error: every task written is checked.
 func (c *checker) resources(field string, r map[string]int64) {
 	for name, v := range r {
-		f := field + "[" + name + "]"
 		if !builtinResources[name] {
 			domain, rest, ok := strings.Cut(name, "/")
 			if !ok || !isDNSSubdomain(domain) || !isLabelName(rest) {
-				c.add(f, "resource-name", "unknown resource %q: use cpu, memory, gpu, ephemeral-storage or <domain>/<name>", name)
+				c.add(field+"["+name+"]", "resource-name", "unknown resource %q: use cpu, memory, gpu, ephemeral-storage or <domain>/<name>", name)
 			}
 		}
-		c.check(v >= 0, f, "non-negative", "must not be negative, got %d", v)
+		if v < 0 {
+			c.add(field+"["+name+"]", "non-negative", "must not be negative, got %d", v)
+		}
 	}
 }
 
@@ -188,9 +191,15 @@ func (c *checker) template(field string, t *troupev1.TaskTemplate) {
 		c.add(field, "required", "must be set")
 		return
 	}
-	c.check(t.GetCommand() != "", field+".command", "required", "must not be empty")
-	c.resources(field+".requests", t.GetRequests())
-	c.resources(field+".limits", t.GetLimits())
+	if t.GetCommand() == "" {
+		c.add(field+".command", "required", "must not be empty")
+	}
+	if r := t.GetRequests(); len(r) > 0 {
+		c.resources(field+".requests", r)
+	}
+	if l := t.GetLimits(); len(l) > 0 {
+		c.resources(field+".limits", l)
+	}
 	for name, limit := range t.GetLimits() {
 		if req, ok := t.GetRequests()[name]; ok && req > limit {
 			c.add(field+".requests["+name+"]", "requests-within-limits", "request %s exceeds limit %s", FormatQuantity(name, req), FormatQuantity(name, limit))
@@ -199,7 +208,9 @@ func (c *checker) template(field string, t *troupev1.TaskTemplate) {
 	for k := range t.GetEnv() {
 		c.check(k != "" && !strings.ContainsAny(k, "=\x00"), field+".env["+k+"]", "env-name", "environment variable names must be non-empty, without '=' or NUL")
 	}
-	c.check(t.GetSimDuration().AsDuration() >= 0, field+".sim_duration", "non-negative", "must not be negative")
+	if t.GetSimDuration().AsDuration() < 0 {
+		c.add(field+".sim_duration", "non-negative", "must not be negative")
+	}
 	if u := t.GetUser(); u != "" {
 		c.user(field+".user", u)
 	}
