@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	dbconfig "github.com/lni/dragonboat/v4/config"
 	"go.uber.org/zap"
 
 	"github.com/troupe-cluster/troupe/cellstore/authz"
@@ -65,6 +66,10 @@ type Config struct {
 	CompactionOverhead uint64 // Raft entries kept after a snapshot
 	// LogDBMemory sizes Dragonboat's log store: tiny, small, medium, large.
 	LogDBMemory string
+	// LogStore is the Raft log store of a new data directory:
+	// LogStoreTan, LogStorePebble, or LogStoreAuto (tan) to keep the one
+	// an existing directory holds (logstore.go).
+	LogStore string
 	// ProposalTimeout bounds a commit or read that came without deadline.
 	ProposalTimeout time.Duration
 
@@ -82,6 +87,10 @@ type Config struct {
 	Server server.Config
 	Watch  watch.Config
 	Logger *zap.Logger
+
+	// fs, if set, is the file system Dragonboat works in (tests count
+	// its fsyncs).
+	fs dbconfig.IFS
 }
 
 // DefaultConfig returns a one-node cell on loopback with one shard.
@@ -135,6 +144,9 @@ func (c Config) Validate() error {
 	}
 	if _, ok := logDBConfigs[c.LogDBMemory]; !ok {
 		add("node: LogDBMemory %q is not one of tiny, small, medium, large", c.LogDBMemory)
+	}
+	if c.LogStore != LogStoreAuto && c.LogStore != LogStoreTan && c.LogStore != LogStorePebble {
+		add("node: LogStore %q is not one of %s, %s or empty (auto)", c.LogStore, LogStoreTan, LogStorePebble)
 	}
 	if c.ProposalTimeout <= 0 {
 		add("node: ProposalTimeout must be positive")

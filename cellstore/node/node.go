@@ -116,13 +116,19 @@ func Start(cfg Config) (*Node, error) {
 
 func (n *Node) startRaft(meta cellMeta) error {
 	cfg := n.cfg
+	hostDir := filepath.Join(cfg.DataDir, "raft")
+	logStore, err := resolveLogStore(hostDir, cfg.LogStore)
+	if err != nil {
+		return err
+	}
 	nhc := dbconfig.NodeHostConfig{
-		NodeHostDir:    filepath.Join(cfg.DataDir, "raft"),
+		NodeHostDir:    hostDir,
 		RTTMillisecond: uint64(cfg.RTT / time.Millisecond),
 		RaftAddress:    cfg.RaftAddr,
 		ListenAddress:  cfg.RaftListenAddr,
-		Expert:         expertConfig(cfg.LogDBMemory),
+		Expert:         expertConfig(cfg.LogDBMemory, logStore),
 	}
+	nhc.Expert.FS = cfg.fs
 	// Always Troupe's transport, plain or TLS: one code path everywhere.
 	nhc.Expert.TransportFactory = newTransportFactory(raftTLS(cfg.TLS), n.log)
 	nhc.SystemEventListener = eventListener{n}
@@ -130,7 +136,13 @@ func (n *Node) startRaft(meta cellMeta) error {
 	if err != nil {
 		return fmt.Errorf("node: start raft host: %w", err)
 	}
+	if nh == nil {
+		// Dragonboat recovers a panic of its own that is not an error
+		// and returns neither host nor error.
+		return errors.New("node: start raft host: Dragonboat failed without an error")
+	}
 	n.nh = nh
+	n.log.Info("raft log store", zap.String("store", logStore))
 	if err := n.checkReplicaIDs(meta); err != nil {
 		n.closeRaft()
 		return err

@@ -31,13 +31,13 @@ var logDBConfigs = map[string]func() dbconfig.LogDBConfig{
 // each other's (Dragonboat's default, 16 workers and 16 log stores, gives
 // each shard its own; measured in DESIGN, Measurements). Both are fixed
 // when a node's data directory is created: Dragonboat refuses to open one
-// made with other counts.
-func expertConfig(logDBMemory string) dbconfig.ExpertConfig {
+// made with other counts, as it fixes the log store (logstore.go).
+func expertConfig(logDBMemory, logStore string) dbconfig.ExpertConfig {
 	engine := dbconfig.GetDefaultEngineConfig()
 	engine.ExecShards = 1
 	logDB := logDBConfigs[logDBMemory]()
 	logDB.Shards = 1
-	return dbconfig.ExpertConfig{Engine: engine, LogDB: logDB}
+	return dbconfig.ExpertConfig{Engine: engine, LogDB: logDB, LogDBFactory: logDBFactory(logStore)}
 }
 
 var quietDragonboat sync.Once

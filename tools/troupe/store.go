@@ -148,6 +148,7 @@ or with another cell's credentials, the node says whose it is and exits.`,
 	fs.DurationVar(&cfg.RTT, "rtt", cfg.RTT, "network round trip that Raft timing is counted in")
 	fs.Uint64Var(&cfg.SnapshotEntries, "snapshot-entries", cfg.SnapshotEntries, "Raft entries between snapshots")
 	fs.StringVar(&cfg.LogDBMemory, "logdb-memory", cfg.LogDBMemory, "Raft log store memory: tiny, small, medium, large")
+	fs.StringVar(&cfg.LogStore, "log-store", cfg.LogStore, "Raft log store of a new data directory: tan or pebble; empty (auto): tan, or the one an existing directory holds")
 	fs.DurationVar(&cfg.Server.DedupeWindow, "dedupe-window", cfg.Server.DedupeWindow, "how long a txn_id's outcome is remembered")
 	fs.Uint64Var(&cfg.Server.LogRetention, "log-retention", cfg.Server.LogRetention, "revisions of change log each shard keeps for watchers")
 	fs.DurationVar(&cfg.Server.ProgressInterval, "progress-interval", cfg.Server.ProgressInterval, "how often idle watchers get a progress notification")
