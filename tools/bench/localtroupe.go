@@ -46,7 +46,10 @@ type LocalCell struct {
 	Security         Security
 	// Network, if set, delays the cell's links and places its leaders.
 	Network Network
-	Logger  *zap.Logger
+	// LogStore is the nodes' Raft log store (node.Config.LogStore; empty:
+	// the default).
+	LogStore string
+	Logger   *zap.Logger
 }
 
 // StartLocalTroupe starts a Troupe cell of replicas replicas and shards
@@ -69,6 +72,9 @@ func (lc LocalCell) Start(ctx context.Context, dir string) (sys *Troupe, close f
 		tunes = append(tunes, func(nc *node.Config) { nc.Rules = authz.AllowAll() })
 	default:
 		return nil, nil, fmt.Errorf("bench: security %q is not one of %v", lc.Security, Securities)
+	}
+	if lc.LogStore != "" {
+		tunes = append(tunes, func(nc *node.Config) { nc.LogStore = lc.LogStore })
 	}
 	links := &delayedLinks{}
 	if lc.Network.RaftDelay > 0 {

@@ -29,6 +29,7 @@ func (a *app) benchCommand() *cobra.Command {
 		o                  bench.Options
 		network            bench.Network
 		endpoint, security string
+		logStore           string
 		tf                 tlsFlags
 		goFlags            = flag.NewFlagSet("bench", flag.ContinueOnError)
 	)
@@ -63,7 +64,7 @@ client library's cache, bench schedule the schedulers.`,
 				return err
 			}
 			start := func(ctx context.Context, dir string, shards int) (bench.System, func() error, error) {
-				return bench.LocalCell{Replicas: o.Replicas, Shards: shards, Security: bench.Security(security), Network: network, Logger: logger}.Start(ctx, dir)
+				return bench.LocalCell{Replicas: o.Replicas, Shards: shards, Security: bench.Security(security), Network: network, LogStore: logStore, Logger: logger}.Start(ctx, dir)
 			}
 			if endpoint == "" {
 				if err := network.Check(o.Replicas); err != nil {
@@ -71,8 +72,8 @@ client library's cache, bench schedule the schedulers.`,
 				}
 				node.RaiseGOMAXPROCS() // the cell runs in this process
 			} else {
-				if network != (bench.Network{}) {
-					return errors.New("--link-delay, --client-link-delay and --leader-preference lay out a cell started in this process, not one at --endpoint")
+				if network != (bench.Network{}) || logStore != "" {
+					return errors.New("--link-delay, --client-link-delay, --leader-preference and --log-store lay out a cell started in this process, not one at --endpoint")
 				}
 				// An existing cell serves the workloads of its own shard count.
 				start = func(ctx context.Context, _ string, shards int) (bench.System, func() error, error) {
@@ -101,6 +102,7 @@ client library's cache, bench schedule the schedulers.`,
 	fs.AddGoFlagSet(goFlags)
 	fs.StringVar(&endpoint, "endpoint", "", "comma-separated gRPC addresses of an existing cell (default: start one in this process)")
 	addAlias(fs, "endpoint", "endpoints")
+	fs.StringVar(&logStore, "log-store", "", "the started cell's Raft log store: tan or pebble (default: troupe store's, tan)")
 	fs.StringVar(&security, "security", string(bench.Secure), fmt.Sprintf("the started cell's security, one of %v: TLS and authorization, TLS alone, neither", bench.Securities))
 	tf.register(fs)
 	cmd.AddCommand(a.cacheBenchCommand(), a.scheduleBenchCommand())
