@@ -11,6 +11,7 @@ require (
 	github.com/cockroachdb/pebble/v2 v2.1.7
 	github.com/google/btree v1.1.3
 	github.com/lni/dragonboat/v4 v4.0.0-20250723143628-076c7f6497dc
+	github.com/planetscale/vtprotobuf v0.6.1-0.20240319094008-0393e58bdf10
 	github.com/prometheus/client_golang v1.24.1
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.9

@@ -23,6 +23,7 @@ import (
 
 	"github.com/troupe-cluster/troupe/cellstore/keyspace"
 	"github.com/troupe-cluster/troupe/cellstore/pki"
+	"github.com/troupe-cluster/troupe/proto/codec"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -40,8 +41,8 @@ type Config struct {
 	// store started with --insecure.
 	TLS *pki.Source
 	// DialOptions are added after the defaults (TLS's credentials, 16
-	// MiB messages, reconnection backoff up to 5 s), so they can
-	// override them.
+	// MiB messages, the store's codec (proto/codec), reconnection backoff
+	// up to 5 s), so they can override them.
 	DialOptions []grpc.DialOption
 	// Retry says how failed attempts are retried. The zero value means
 	// the default policy: 20ms doubling up to 1s, ±20% jitter, 10
@@ -179,6 +180,7 @@ func New(cfg Config) (*Client, error) {
 		// A watch response can carry one revision as large as the
 		// largest request (4 MiB by default) plus framing.
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16 << 20)),
+		codec.DialOption(),
 		// gRPC's default reconnection backoff grows to 2 minutes; a
 		// restarted store node should be found again sooner.
 		grpc.WithConnectParams(grpc.ConnectParams{

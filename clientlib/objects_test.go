@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -287,5 +288,37 @@ func TestEncodeReadsOnly(t *testing.T) {
 	got, err := clientlib.Decode(clientlib.Tasks, b, 42)
 	if err != nil || !proto.Equal(got, task) {
 		t.Fatalf("decoded %v, %v; want %v", got, err, task)
+	}
+}
+
+// Encode keeps every field of the metadata but the version: each set in
+// turn, whatever fields the metadata may gain.
+func TestEncodeKeepsEveryMetadataField(t *testing.T) {
+	fields := (&troupev1.ObjectMeta{}).ProtoReflect().Descriptor().Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		task := sampleTask()
+		task.Metadata.Version = 42 // read at a version: Encode copies the metadata without it
+		m := task.GetMetadata().ProtoReflect()
+		switch {
+		case fd.IsMap():
+			m.Mutable(fd).Map().Set(protoreflect.ValueOfString("k").MapKey(), protoreflect.ValueOfString("v"))
+		case fd.Message() != nil:
+			m.Set(fd, protoreflect.ValueOfMessage(timestamppb.New(epoch.Add(time.Hour)).ProtoReflect()))
+		case fd.Kind() == protoreflect.StringKind:
+			m.Set(fd, protoreflect.ValueOfString("set"))
+		case fd.Kind() == protoreflect.Uint64Kind:
+			m.Set(fd, protoreflect.ValueOfUint64(9))
+		default:
+			t.Fatalf("field %s: no value of kind %v here: add one", fd.Name(), fd.Kind())
+		}
+		b, err := clientlib.Encode(task)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := clientlib.Decode(clientlib.Tasks, b, task.GetMetadata().GetVersion())
+		if err != nil || !proto.Equal(got, task) {
+			t.Fatalf("%s set: decoded %v, %v; want %v", fd.Name(), got, err, task)
+		}
 	}
 }

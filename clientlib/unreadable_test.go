@@ -28,7 +28,7 @@ func TestGetAndListSkipUnreadableValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	why := map[string]string{
-		"/jobs/ns/garbage":  "decode Job: proto:",
+		"/jobs/ns/garbage":  "decode Job: unexpected EOF", // a field longer than the value
 		"/jobs/ns/invalid":  `spec.count: must be in [1, 1000000], got 0`,
 		"/jobs/ns/alias":    `Job "ns/other" belongs at /jobs/ns/other`,
 		"/jobs/ns/nometa":   "decode Job: no metadata",

@@ -451,7 +451,14 @@ func ValidateWith[T Object](v *Validator, k Kind[T], obj T) error {
 // validate returns the rules obj, of the kind named kind, breaks: the
 // structural ones of its kind, then the CEL ones.
 func (v *Validator) validate(kind string, obj Object) []FieldError {
-	return append(validateKind(obj), v.check(kind, obj)...)
+	errs := validateKind(obj)
+	// Protobuf strings are UTF-8: the encoding the library uses does not
+	// check, and readers that do (protojson, protobuf-go) would fail on
+	// the stored object.
+	if p := obj.InvalidUTF8(); p != "" {
+		errs = append(errs, FieldError{Field: p, Rule: "utf8", Message: "must be valid UTF-8"})
+	}
+	return append(errs, v.check(kind, obj)...)
 }
 
 func objectName(obj Object) string {

@@ -79,6 +79,7 @@ func TestValidationRules(t *testing.T) {
 		{"negative request", "spec.template.requests[cpu]", "non-negative", clientlib.Validate(clientlib.Jobs, job(func(j *troupev1.Job) { j.Spec.Template.Requests["cpu"] = -1 }))},
 		{"unknown resource", "spec.template.requests[gpus]", "resource-name", clientlib.Validate(clientlib.Jobs, job(func(j *troupev1.Job) { j.Spec.Template.Requests["gpus"] = 1 }))},
 		{"request over limit", "spec.template.requests[cpu]", "requests-within-limits", clientlib.Validate(clientlib.Jobs, job(func(j *troupev1.Job) { j.Spec.Template.Requests["cpu"] = 2000 }))},
+		{"command not UTF-8", "spec.template.command", "utf8", clientlib.Validate(clientlib.Jobs, job(func(j *troupev1.Job) { j.Spec.Template.Command = "/bin/\xff" }))},
 		{"no command", "spec.template.command", "required", clientlib.Validate(clientlib.Jobs, job(func(j *troupev1.Job) { j.Spec.Template.Command = "" }))},
 		{"count", "spec.count", "range", clientlib.Validate(clientlib.Jobs, job(func(j *troupev1.Job) { j.Spec.Count = 0 }))},
 		{"priority", "spec.priority", "range", clientlib.Validate(clientlib.Jobs, job(func(j *troupev1.Job) { j.Spec.Priority = 5000 }))},

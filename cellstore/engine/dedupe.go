@@ -21,7 +21,7 @@ func lookupTxn(st Storage, id string, now int64) (*storev1.TxnRecord, error) {
 		return nil, err
 	}
 	rec := &storev1.TxnRecord{}
-	if err := proto.Unmarshal(b, rec); err != nil {
+	if err := rec.UnmarshalVT(b); err != nil {
 		return nil, err
 	}
 	if rec.GetExpiresUnixNanos() <= now {
@@ -57,7 +57,7 @@ func rememberTxn(st Storage, p *storev1.Proposal, out *storev1.Outcome, now int6
 	if !ok {
 		expires = math.MaxInt64
 	}
-	b, err := proto.Marshal(&storev1.TxnRecord{Outcome: out, ExpiresUnixNanos: expires, RequestHash: p.GetRequestHash()})
+	b, err := (&storev1.TxnRecord{Outcome: out, ExpiresUnixNanos: expires, RequestHash: p.GetRequestHash()}).MarshalVT()
 	if err != nil {
 		return err
 	}

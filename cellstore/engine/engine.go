@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
-	"google.golang.org/protobuf/proto"
 )
 
 // Bounds on the housekeeping one Apply does, so that the cost of a proposal
@@ -419,7 +418,7 @@ func (a *applier) write(retention uint64) (*storev1.ChangeSet, error) {
 	if len(cs.Events) == 0 {
 		return nil, nil
 	}
-	enc, err := proto.Marshal(cs)
+	enc, err := cs.MarshalVT()
 	if err != nil {
 		return nil, err
 	}

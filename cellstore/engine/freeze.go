@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"google.golang.org/protobuf/proto"
-
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -80,7 +78,7 @@ func readFreeze(st Storage) (*storev1.Freeze, error) {
 		return nil, err
 	}
 	fr := &storev1.Freeze{}
-	return fr, proto.Unmarshal(b, fr)
+	return fr, fr.UnmarshalVT(b)
 }
 
 // frozen reports whether the shard refuses new commits at now.
@@ -121,7 +119,7 @@ func freeze(st Storage, p *storev1.Proposal, now int64) (*Result, error) {
 		// already, or this freeze is void or would have lapsed already.
 		return freezeStatusOutcome(st, false)
 	}
-	b, err := proto.Marshal(&storev1.Freeze{Id: p.GetTxnId(), UntilUnixNanos: p.GetFreezeUntilUnixNanos()})
+	b, err := (&storev1.Freeze{Id: p.GetTxnId(), UntilUnixNanos: p.GetFreezeUntilUnixNanos()}).MarshalVT()
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +141,7 @@ func thaw(st Storage, p *storev1.Proposal, now int64) (*Result, error) {
 	if cur == nil || cur.GetId() != p.GetTxnId() {
 		return freezeStatusOutcome(st, false)
 	}
-	b, err := proto.Marshal(&storev1.Freeze{Id: cur.GetId(), UntilUnixNanos: min(cur.GetUntilUnixNanos(), now)})
+	b, err := (&storev1.Freeze{Id: cur.GetId(), UntilUnixNanos: min(cur.GetUntilUnixNanos(), now)}).MarshalVT()
 	if err != nil {
 		return nil, err
 	}

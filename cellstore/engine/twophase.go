@@ -71,14 +71,14 @@ func intents(st Storage, k string) (*storev1.IntentSet, error) {
 	if err != nil || b == nil {
 		return set, err
 	}
-	return set, proto.Unmarshal(b, set)
+	return set, set.UnmarshalVT(b)
 }
 
 func putIntents(st Storage, k string, set *storev1.IntentSet) error {
 	if len(set.GetIntents()) == 0 {
 		return st.Delete(intentKey(k))
 	}
-	b, err := proto.Marshal(set)
+	b, err := set.MarshalVT()
 	if err != nil {
 		return err
 	}
@@ -300,7 +300,7 @@ func prepare(st Storage, p *storev1.Proposal, now int64) (*Result, error) {
 	}
 	rec := &storev1.Prepared{Participants: p.GetParticipants(), DeadlineUnixNanos: p.GetDeadlineUnixNanos(), Keys: keys,
 		Outcome: out, RequestHash: p.GetRequestHash(), Atomic: p.GetAtomic()}
-	b, err := proto.Marshal(rec)
+	b, err := rec.MarshalVT()
 	if err != nil {
 		return nil, err
 	}
@@ -358,7 +358,7 @@ func lookupPrepared(st Storage, id string) (*storev1.Prepared, error) {
 		return nil, err
 	}
 	rec := &storev1.Prepared{}
-	return rec, proto.Unmarshal(b, rec)
+	return rec, rec.UnmarshalVT(b)
 }
 
 // txnStatus is what the shard knows of cross-shard transaction id of the

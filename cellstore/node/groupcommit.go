@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	sm "github.com/lni/dragonboat/v4/statemachine"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/troupe-cluster/troupe/cellstore/statemachine"
 	"github.com/troupe-cluster/troupe/cellstore/storeerr"
@@ -53,7 +52,7 @@ func newProposer(b *raftBackend, shard uint32, queueLen int, stop <-chan struct{
 // whose caller gave up may still be applied: the outcome is then unknown
 // to the caller, who retries with the same txn_id.
 func (pr *proposer) propose(ctx context.Context, p *storev1.Proposal) (*storev1.Outcome, error) {
-	pp := &pendingProposal{p: p, size: proto.Size(p), done: make(chan proposalResult, 1)}
+	pp := &pendingProposal{p: p, size: p.SizeVT(), done: make(chan proposalResult, 1)}
 	select {
 	case pr.queue <- pp:
 	case <-ctx.Done():

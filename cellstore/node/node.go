@@ -35,6 +35,7 @@ import (
 	"github.com/troupe-cluster/troupe/cellstore/statemachine"
 	"github.com/troupe-cluster/troupe/cellstore/storeerr"
 	"github.com/troupe-cluster/troupe/cellstore/watch"
+	"github.com/troupe-cluster/troupe/proto/codec"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -244,7 +245,7 @@ func (n *Node) startRaft(meta cellMeta) error {
 		return err
 	}
 	go n.recoverTxns(srv, scfg.TxnTimeout)
-	opts = append(opts, grpc.ChainUnaryInterceptor(n.unaryRemoved), grpc.ChainStreamInterceptor(n.streamRemoved))
+	opts = append(opts, grpc.ChainUnaryInterceptor(n.unaryRemoved), grpc.ChainStreamInterceptor(n.streamRemoved), codec.ServerOption())
 	n.grpcServer = grpc.NewServer(append(opts, grpc.MaxRecvMsgSize(cfg.Server.Limits.MaxRequestBytes+64<<10))...)
 	storev1.RegisterStoreServer(n.grpcServer, srv)
 	storev1.RegisterAdminServer(n.grpcServer, server.NewAdmin(srv, backend))

@@ -4,8 +4,7 @@ import (
 	"slices"
 	"testing"
 	"time"
-
-	"google.golang.org/protobuf/proto"
+	"unicode/utf8"
 
 	"github.com/troupe-cluster/troupe/cellstore/engine"
 	"github.com/troupe-cluster/troupe/cellstore/keyspace"
@@ -43,9 +42,11 @@ func FuzzCommitRequest(f *testing.F) {
 		{TxnId: "d", Groups: []*storev1.Group{{Ops: []*storev1.Op{add("/x", 1, 5, 1)}}}},
 		{TxnId: "e", Groups: []*storev1.Group{{Ops: []*storev1.Op{{}}}}},
 		{Groups: []*storev1.Group{{}}},
+		{TxnId: "f\xff", Groups: []*storev1.Group{{Ops: []*storev1.Op{put("/x", "v")}}}},
+		{TxnId: "g", Groups: []*storev1.Group{{Ops: []*storev1.Op{put("/x\xff", "v")}}}},
 	}
 	for _, s := range seeds {
-		b, err := proto.Marshal(s)
+		b, err := s.MarshalVT() // proto.Marshal refuses strings that are not UTF-8
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -57,12 +58,15 @@ func FuzzCommitRequest(f *testing.F) {
 	s.cfg.Limits.MaxKeyBytes = 32
 	f.Fuzz(func(t *testing.T, data []byte) {
 		req := &storev1.CommitRequest{}
-		if proto.Unmarshal(data, req) != nil {
+		if req.UnmarshalVT(data) != nil { // as the server's codec does (proto/codec)
 			return
 		}
 		failures, err := s.cfg.Limits.ValidateCommit(req)
 		if err != nil {
 			return
+		}
+		if !utf8.ValidString(req.GetTxnId()) {
+			t.Fatalf("txn_id %q is not UTF-8", req.GetTxnId())
 		}
 		if len(failures) != len(req.GetGroups()) {
 			t.Fatalf("%d failures for %d groups", len(failures), len(req.GetGroups()))
@@ -86,6 +90,9 @@ func FuzzCommitRequest(f *testing.F) {
 		for _, sp := range props {
 			for _, g := range sp.p.GetGroups() {
 				for _, k := range groupKeys(g) {
+					if !utf8.ValidString(k) {
+						t.Fatalf("key %q is not UTF-8", k)
+					}
 					if s.router.Shard(k) != sp.shard {
 						t.Fatalf("key %q routed to shard %d, belongs to %d", k, sp.shard, s.router.Shard(k))
 					}

@@ -2,8 +2,7 @@ package server
 
 import (
 	"fmt"
-
-	"google.golang.org/protobuf/proto"
+	"unicode/utf8"
 
 	"github.com/troupe-cluster/troupe/cellstore/storeerr"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
@@ -52,11 +51,16 @@ func (l Limits) Validate() error {
 	return nil
 }
 
-// checkKey validates a key of any request. (gRPC has already checked that
-// it is UTF-8.)
+// checkKey validates a key of any request. The store's gRPC codec does
+// not check that strings are UTF-8 (proto/codec), so it does: protobuf's
+// strings are, and a reader with another codec could not decode a stored
+// key that is not.
 func (l Limits) checkKey(what, k string) error {
 	if k == "" {
 		return storeerr.EmptyKey.With("%s", what)
+	}
+	if !utf8.ValidString(k) {
+		return storeerr.NotUTF8.With("%s: key %q", what, k)
 	}
 	return nil
 }
@@ -70,12 +74,14 @@ func (l Limits) ValidateCommit(req *storev1.CommitRequest) ([]*storev1.Failure, 
 		return nil, storeerr.EmptyTxnID
 	case len(req.GetTxnId()) > l.MaxTxnIDBytes:
 		return nil, storeerr.OverLimit.With("commit: txn_id is %d bytes, limit %d", len(req.GetTxnId()), l.MaxTxnIDBytes)
+	case !utf8.ValidString(req.GetTxnId()): // kept in the store, as a key is (checkKey)
+		return nil, storeerr.NotUTF8.With("commit: txn_id %q", req.GetTxnId())
 	case len(req.GetGroups()) == 0:
 		return nil, storeerr.NoGroups
 	case len(req.GetGroups()) > l.MaxGroups:
 		return nil, storeerr.OverLimit.With("commit: %d groups, limit %d", len(req.GetGroups()), l.MaxGroups)
 	}
-	if n := proto.Size(req); n > l.MaxRequestBytes {
+	if n := req.SizeVT(); n > l.MaxRequestBytes {
 		return nil, storeerr.OverLimit.With("commit: request is %d bytes, limit %d", n, l.MaxRequestBytes)
 	}
 	ops := 0

@@ -298,9 +298,12 @@ func (s *Server) proposals(req *storev1.CommitRequest, shardOf []uint32, keep fu
 }
 
 // requestHash identifies a request's content, so that a txn_id reused for
-// another request is told apart from a retry.
+// another request is told apart from a retry. Every node must hash a
+// request alike: a CommitRequest has no map, so MarshalVT's bytes are
+// proto.MarshalOptions{Deterministic: true}'s (proto/codec's
+// TestMarshalVTIsDeterministic).
 func requestHash(req *storev1.CommitRequest) uint64 {
-	b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(&storev1.CommitRequest{Groups: req.GetGroups(), Atomic: req.GetAtomic()})
+	b, _ := (&storev1.CommitRequest{Groups: req.GetGroups(), Atomic: req.GetAtomic()}).MarshalVT()
 	h := fnv.New64a()
 	h.Write(b)
 	return h.Sum64()

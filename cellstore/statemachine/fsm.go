@@ -14,7 +14,6 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	sm "github.com/lni/dragonboat/v4/statemachine"
 	"go.uber.org/zap"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/troupe-cluster/troupe/cellstore/engine"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
@@ -85,7 +84,7 @@ func (s *StateMachine) Revision() uint64 { return s.revision.Load() }
 
 // EncodeEntry encodes proposals as one Raft entry, applied in order.
 func EncodeEntry(ps ...*storev1.Proposal) ([]byte, error) {
-	return proto.Marshal(&storev1.ProposalBatch{Proposals: ps})
+	return (&storev1.ProposalBatch{Proposals: ps}).MarshalVT()
 }
 
 // DecodeResult returns the outcomes of an applied entry, one per proposal.
@@ -94,7 +93,7 @@ func DecodeResult(r sm.Result) ([]*storev1.Outcome, error) {
 		return nil, fmt.Errorf("entry rejected: %s", r.Data)
 	}
 	outs := &storev1.OutcomeBatch{}
-	if err := proto.Unmarshal(r.Data, outs); err != nil {
+	if err := outs.UnmarshalVT(r.Data); err != nil {
 		return nil, err
 	}
 	return outs.GetOutcomes(), nil
@@ -176,7 +175,7 @@ func (s *StateMachine) Update(entries []sm.Entry) ([]sm.Entry, error) {
 			panic(fmt.Sprintf("shard %d: entry %d already applied (applied index %d)", s.shard, e.Index, s.applied.Load()))
 		}
 		batch := &storev1.ProposalBatch{}
-		if err := proto.Unmarshal(e.Cmd, batch); err != nil {
+		if err := batch.UnmarshalVT(e.Cmd); err != nil {
 			e.Result = sm.Result{Value: ResultRejected, Data: []byte("undecodable entry: " + err.Error())}
 			continue
 		}
@@ -191,7 +190,7 @@ func (s *StateMachine) Update(entries []sm.Entry) ([]sm.Entry, error) {
 				changes = append(changes, change{res.Outcome.GetRevision(), res.Changes})
 			}
 		}
-		data, err := proto.Marshal(outs)
+		data, err := outs.MarshalVT()
 		if err != nil {
 			return nil, err
 		}

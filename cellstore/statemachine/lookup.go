@@ -7,7 +7,6 @@ import (
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/troupe-cluster/troupe/cellstore/engine"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
@@ -229,7 +228,7 @@ func (s *StateMachine) ReadLog(from uint64, max int) (*LogResult, error) {
 				break
 			}
 			cs := &storev1.ChangeSet{}
-			if err := proto.Unmarshal(v.it.Value(), cs); err != nil {
+			if err := cs.UnmarshalVT(v.it.Value()); err != nil {
 				return fmt.Errorf("shard %d: change log: %w", s.shard, err)
 			}
 			res.Entries = append(res.Entries, LogEntry{Revision: binary.BigEndian.Uint64(k[1:]), Changes: cs})

@@ -8,6 +8,7 @@ var (
 	NoGroups         = define(codes.InvalidArgument, "NO_GROUPS", "commit: request has no groups")
 	EmptyGroup       = define(codes.InvalidArgument, "EMPTY_GROUP", "group has no conditions and no operations")
 	EmptyKey         = define(codes.InvalidArgument, "EMPTY_KEY", "empty key")
+	NotUTF8          = define(codes.InvalidArgument, "NOT_UTF8", "string is not UTF-8")
 	MalformedOp      = define(codes.InvalidArgument, "MALFORMED_OP", "malformed operation")
 	OverLimit        = define(codes.InvalidArgument, "OVER_LIMIT", "request over a limit")
 	BadCursor        = define(codes.InvalidArgument, "BAD_CURSOR", "malformed cursor")

@@ -18,6 +18,7 @@ import (
 	"github.com/troupe-cluster/troupe/cellstore/keyspace"
 	"github.com/troupe-cluster/troupe/cellstore/pki"
 	"github.com/troupe-cluster/troupe/clientlib"
+	"github.com/troupe-cluster/troupe/proto/codec"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
 
@@ -90,7 +91,7 @@ func DialTroupe(cfg TroupeConfig) (*Troupe, error) {
 		return nil, err
 	}
 	t := &Troupe{cfg: cfg, endpoints: cfg.Endpoints, txnPrefix: "bench-" + hex.EncodeToString(nonce)}
-	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(pki.StoreCredentials(cfg.TLS))}, cfg.DialOptions...)
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(pki.StoreCredentials(cfg.TLS)), codec.DialOption()}, cfg.DialOptions...)
 	for _, ep := range cfg.Endpoints {
 		conn, err := grpc.NewClient(ep, opts...)
 		if err != nil {
