@@ -603,10 +603,12 @@ func TestClientLeaderRouting(t *testing.T) {
 		return firstTarget(req)
 	}
 	k0, k1 := cell.keyOnShard("/lr/a%d", 0), cell.keyOnShard("/lr/b%d", 1)
-	// The table is learnt in the background after the first commit.
-	wait.Until(ctx, t, "a commit on shard 0 to go to its leader", func() (bool, string) {
-		got := commitTo(k0)
-		return got == cell.eps[l0], fmt.Sprintf("went to %s, leader is %s", got, cell.eps[l0])
+	// The table is learnt in the background after the first commit, from
+	// a node whose view of a leadership just moved may lag: wait until
+	// both shards' commits go to their leaders, then check they keep to.
+	wait.Until(ctx, t, "commits on shards 0 and 1 to go to their leaders", func() (bool, string) {
+		got0, got1 := commitTo(k0), commitTo(k1)
+		return got0 == cell.eps[l0] && got1 == cell.eps[l1], fmt.Sprintf("went to %s and %s, leaders are %s and %s", got0, got1, cell.eps[l0], cell.eps[l1])
 	})
 	if l, ok := cell.leaderOf(0); !ok || l != l0 {
 		t.Skipf("shard 0's leadership moved during the test")
