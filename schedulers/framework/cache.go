@@ -18,6 +18,9 @@ type Cache struct {
 	order     []int
 	rooms     []Room
 	positions []int32
+	// roomWidth is the width of the CPU ranges of the last decision's
+	// roomIndex (0: none yet).
+	roomWidth int64
 }
 
 // NewCache returns an empty cache.
@@ -35,11 +38,17 @@ func resize[T any](buf []T, n int) []T {
 	return buf[:n]
 }
 
-// perm returns rng.Perm(n) in the cache's order buffer.
+// perm returns the identity shuffled by rng.Shuffle, in the cache's
+// order buffer. Its Fisher-Yates shuffle is written out: the same draws
+// and swaps, without a call of a swap function for each of a large
+// cell's machines at every decision.
 func (c *Cache) perm(rng *rand.Rand, n int) []int {
-	c.identity(n)
-	rng.Shuffle(n, func(i, j int) { c.order[i], c.order[j] = c.order[j], c.order[i] })
-	return c.order
+	order := c.identity(n)
+	for i := n - 1; i > 0; i-- {
+		j := int(rng.Uint64N(uint64(i + 1)))
+		order[i], order[j] = order[j], order[i]
+	}
+	return order
 }
 
 // identity returns 0, 1, ..., n-1 in the cache's order buffer.

@@ -25,7 +25,8 @@ func take(g *clientlib.Group, m *Machine, deltas map[string]int64, claims int, m
 		key := clientlib.ClaimsKey(m.Name)
 		g.Require(key, m.AllocVersions[clientlib.ClaimsCounter]).Add(key, int64(claims), 0, math.MaxInt64)
 	}
-	for _, r := range slices.Sorted(maps.Keys(deltas)) {
+	var buf [4]string
+	for _, r := range resources(deltas, buf[:]) {
 		key := clientlib.AllocKey(m.Name, r)
 		if modes.Conflict == Coarse {
 			g.Require(key, m.AllocVersions[r]).Add(key, deltas[r], math.MinInt64, math.MaxInt64)
@@ -174,20 +175,14 @@ func commitGroups(ctx context.Context, s clientlib.Store, groups [][]Placement, 
 	placements := 0
 	for i, members := range groups {
 		g := tx.Group()
-		deltas[i] = map[string]int64{}
 		for _, p := range members {
 			placements++
 			writeBinding(s, g, p, scheduler, now)
-			for r, q := range p.Task.Requests {
-				deltas[i][r] += q
-			}
 			for _, v := range p.Victims {
 				evict(g, v, p)
-				for r, q := range v.Requests {
-					deltas[i][r] -= q
-				}
 			}
 		}
+		deltas[i] = deltasOf(members)
 		take(g, members[0].Machine, deltas[i], len(members), modes)
 	}
 	out, err := tx.Commit(ctx)
@@ -233,6 +228,29 @@ func commitGroups(ctx context.Context, s clientlib.Store, groups [][]Placement, 
 		}
 	}
 	return nil
+}
+
+// deltasOf returns what the placements of a group add to their
+// machine's counters, by resource: their tasks' requests less their
+// victims'. Those of a lone placement without victims are its task's
+// Requests, returned as they are (to be read, never written): in Fine
+// mode every placement is such a group.
+func deltasOf(members []Placement) map[string]int64 {
+	if len(members) == 1 && len(members[0].Victims) == 0 {
+		return members[0].Task.Requests
+	}
+	deltas := map[string]int64{}
+	for _, p := range members {
+		for r, q := range p.Task.Requests {
+			deltas[r] += q
+		}
+		for _, v := range p.Victims {
+			for r, q := range v.Requests {
+				deltas[r] -= q
+			}
+		}
+	}
+	return deltas
 }
 
 // GroupPlacements splits placements into the request's groups: one per

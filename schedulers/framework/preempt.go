@@ -134,7 +134,14 @@ func (s *scheduling) victims(cv *classVerdicts, t *Task, idx int, evictable []Ev
 		}
 	}
 	for n := first; n <= len(candidates); n++ {
-		if s.filter(cv, t, idx, without(m, candidates[:n])).IsSuccess() {
+		// The filters' verdict is all that is kept of the trial machine
+		// (not its status, which may explain itself from it), so one
+		// serves every trial of the decision.
+		if s.trial == nil {
+			s.trial = &Machine{Allocated: map[string]int64{}, JobTasks: map[string]int{}}
+		}
+		strip(s.trial, m, candidates[:n])
+		if s.filter(cv, t, idx, s.trial).IsSuccess() {
 			return candidates[:n]
 		}
 	}
@@ -158,8 +165,19 @@ func roomyPrefix(r Room, victims []*Running, t *Task) int {
 
 // without returns m as it would be with victims gone.
 func without(m *Machine, victims []*Running) *Machine {
-	c := *m
-	c.Allocated, c.JobTasks = map[string]int64{}, map[string]int{}
+	c := &Machine{Allocated: map[string]int64{}, JobTasks: map[string]int{}}
+	strip(c, m, victims)
+	return c
+}
+
+// strip makes c m as it would be with victims gone, in c's own maps
+// Allocated and JobTasks (emptied first).
+func strip(c, m *Machine, victims []*Running) {
+	allocated, jobTasks := c.Allocated, c.JobTasks
+	clear(allocated)
+	clear(jobTasks)
+	*c = *m
+	c.Allocated, c.JobTasks = allocated, jobTasks
 	maps.Copy(c.Allocated, m.Allocated)
 	maps.Copy(c.JobTasks, m.JobTasks)
 	for _, v := range victims {
@@ -170,7 +188,7 @@ func without(m *Machine, victims []*Running) *Machine {
 			c.JobTasks[v.Job]--
 		}
 	}
-	return &c
+	c.Flatten()
 }
 
 // evict removes victims from machine idx in the plan's overlay. The room
@@ -183,6 +201,9 @@ func (s *scheduling) evict(idx int, victims []*Running) {
 	s.touched = append(s.touched, idx)
 	if s.rooms != nil {
 		s.rooms[idx] = RoomOf(s.assumed[idx])
+		if s.indexed {
+			s.roomIndex.grow(s.rooms[idx])
+		}
 	}
 	for _, v := range victims {
 		s.evicted[v.Key] = true

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -116,9 +117,9 @@ func Schedule(p Profile, snap *Snapshot, tasks []*Task) *Plan {
 		s.order = s.cache.perm(s.p.Rand, len(snap.Machines))
 	}
 	plan := &Plan{}
+	var keys taskKeys
 	for _, t := range tasks {
-		class := classKey(t)
-		fit := fitKey(class, t)
+		class, fit := keys.of(t)
 		if st, ok := s.failed[fit]; ok {
 			plan.Failures = append(plan.Failures, Failure{Task: t, Status: st})
 			continue
@@ -164,6 +165,15 @@ type scheduling struct {
 	evictedAny bool               // the plan has evicted tasks
 	// preemptions are preemption's searches, by fitKey, priority and job.
 	preemptions map[string]*preemptSearch
+	// clean are the classes (by verdicts) whose static filters pass
+	// every machine (staticClean), and those that do not.
+	clean map[*classVerdicts]bool
+	// roomIndex, once indexed, tells the tasks that fit nowhere by
+	// rooms (noRoom).
+	roomIndex roomIndex
+	indexed   bool
+	// trial is preemption's machine as it would be without victims.
+	trial *Machine
 
 	examined, staticHits int
 }
@@ -179,7 +189,8 @@ type jobScorers struct {
 // fits nowhere in a plan, neither does the next.
 func fitKey(class string, t *Task) string {
 	b := []byte(class)
-	for _, r := range slices.Sorted(maps.Keys(t.Requests)) {
+	var buf [4]string
+	for _, r := range resources(t.Requests, buf[:]) {
 		b = append(append(append(b, 0), r...), '=')
 		b = strconv.AppendInt(b, t.Requests[r], 10)
 	}
@@ -223,7 +234,9 @@ func (s *scheduling) place(class string, t *Task) (int, int64, *Status) {
 		bestScore int64
 		feasible  int
 		refused   = refusals{by: map[string]reason{}, errAt: -1}
-		passed    bool // machines were passed over for lack of room
+		// passed counts the machines passed over for lack of room,
+		// firstPassed is the first's position in the search.
+		passed, firstPassed int
 	)
 	start := s.next
 	if s.p.Redraw {
@@ -231,6 +244,9 @@ func (s *scheduling) place(class string, t *Task) (int, int64, *Status) {
 		start = 0
 	}
 	i := 0
+	if s.noRoom(rooms, cpu, memory) { // every machine would be passed over
+		i, passed = n, n
+	}
 	for ; i < n; i++ {
 		if s.p.Redraw { // draw position i's machine among those not examined yet
 			j := i + s.p.Rand.IntN(n-i)
@@ -238,7 +254,10 @@ func (s *scheduling) place(class string, t *Task) (int, int64, *Status) {
 		}
 		idx := s.order[(start+i)%n]
 		if rooms != nil && !rooms[idx].Fits(cpu, memory) {
-			passed = true
+			if passed == 0 {
+				firstPassed = i
+			}
+			passed++
 			continue
 		}
 		m := s.view(idx)
@@ -261,8 +280,8 @@ func (s *scheduling) place(class string, t *Task) (int, int64, *Status) {
 	if best != nil {
 		return bestIdx, bestScore, nil
 	}
-	if passed {
-		s.passedOver(&refused, cv, t, start, rooms)
+	if passed > 0 {
+		s.passedOver(&refused, cv, t, start, rooms, passed, firstPassed)
 	}
 	if refused.lastErr != nil {
 		return -1, 0, refused.lastErr
@@ -276,6 +295,21 @@ func (s *scheduling) place(class string, t *Task) (int, int64, *Status) {
 func (s *scheduling) redraw() {
 	s.positions = nil
 	clear(s.preemptions)
+}
+
+// noRoom reports whether no machine has room for cpu and memory, by
+// the roomIndex of rooms (non-nil: see roomsFor), built at the first
+// question of the decision. Not with Redraw: its search draws from Rand
+// as it goes, and a decision must draw the same either way.
+func (s *scheduling) noRoom(rooms []Room, cpu, memory int64) bool {
+	if rooms == nil || s.p.Redraw {
+		return false
+	}
+	if !s.indexed {
+		s.roomIndex.build(rooms, s.cache.roomWidth)
+		s.cache.roomWidth, s.indexed = s.roomIndex.width(), true
+	}
+	return s.roomIndex.none(cpu, memory)
 }
 
 // roomsFor returns the machines' rooms as the plan has left them, when
@@ -301,12 +335,19 @@ func (s *scheduling) roomsFor() []Room {
 
 // passedOver adds to refused, for a task that fits nowhere, what the
 // filters would have said of the machines passed over for lack of room
-// (from position start of the order): the static filters' refusal, or
-// else the FitFilter's, which runs only for the first.
-func (s *scheduling) passedOver(refused *refusals, cv *classVerdicts, t *Task, start int, rooms []Room) {
+// (from position start of the order; passed of them, the first at
+// position first): the static filters' refusal, or else the
+// FitFilter's, which runs only for the first. When no machine of the
+// snapshot has a static refusal for the task's class (staticClean),
+// they are all the FitFilter's, found without visiting them.
+func (s *scheduling) passedOver(refused *refusals, cv *classVerdicts, t *Task, start int, rooms []Room, passed, first int) {
 	n := len(s.order)
+	if s.staticClean(cv, t) {
+		refused.count(first, passed, s.fit.Name(), func() *Status { return s.fit.Filter(t, s.view(s.order[(start+first)%n])) })
+		return
+	}
 	cpu, memory := t.Requests[CPU], t.Requests[Memory]
-	fits, first := 0, 0 // the FitFilter's refusals, the first's position
+	fits := 0 // the FitFilter's refusals, the first at position first
 	for i := range n {
 		idx := s.order[(start+i)%n]
 		if rooms[idx].Fits(cpu, memory) {
@@ -324,6 +365,29 @@ func (s *scheduling) passedOver(refused *refusals, cv *classVerdicts, t *Task, s
 	if fits > 0 {
 		refused.count(first, fits, s.fit.Name(), func() *Status { return s.fit.Filter(t, s.view(s.order[(start+first)%n])) })
 	}
+}
+
+// staticClean reports whether the static filters pass every machine of
+// the snapshot for the tasks of class verdicts cv (t one of them),
+// worked out once per decision and class: the machines in index order,
+// which is cheaper than in the search's shuffled order.
+func (s *scheduling) staticClean(cv *classVerdicts, t *Task) bool {
+	clean, ok := s.clean[cv]
+	if ok {
+		return clean
+	}
+	clean = true
+	for idx := range s.snap.Machines {
+		if s.static(cv, t, idx) != staticPass {
+			clean = false
+			break
+		}
+	}
+	if s.clean == nil {
+		s.clean = map[*classVerdicts]bool{}
+	}
+	s.clean[cv] = clean
+	return clean
 }
 
 // refusals collects why the machines refused a task, by plugin, with
@@ -362,7 +426,8 @@ func (s *scheduling) tooLarge(t *Task, machines int) *Status {
 	if s.snap.MaxFree == nil || s.evictedAny {
 		return nil
 	}
-	for _, r := range slices.Sorted(maps.Keys(t.Requests)) {
+	var buf [4]string
+	for _, r := range resources(t.Requests, buf[:]) {
 		if q := t.Requests[r]; q > 0 && q > s.snap.MaxFree[r] {
 			st := NewStatus(Unschedulable, "Schedule", fmt.Sprintf("0/%d machines fit: none has %s %s free", machines, clientlib.FormatQuantity(r, q), r))
 			st.Machines = machines
@@ -456,12 +521,11 @@ func (s *scheduling) assume(t *Task, idx int) {
 		if c.JobTasks == nil {
 			c.JobTasks = map[string]int{}
 		}
+		c.FlattenAs(m)
 		a = &c
 		s.assumed[idx] = a
 	}
-	for r, v := range t.Requests {
-		a.Allocated[r] += v
-	}
+	a.allocate(t)
 	a.JobTasks[t.Job]++
 	s.touched = append(s.touched, idx)
 	if s.rooms != nil {
@@ -506,6 +570,43 @@ func unschedulable(reasons map[string]reason, machines int) *Status {
 	st := NewStatus(Unschedulable, "Schedule", fmt.Sprintf("0/%d machines fit: %s", machines, strings.Join(out, ", ")))
 	st.Refused, st.Machines = refused, machines
 	return st
+}
+
+// taskKeys are the classKey and fitKey of the last task of a decision
+// and what they were made of: the next task with the same constraints,
+// tolerations and requests (the same messages and map, not copies) has
+// the same keys. A job's tasks share them (a run of them their
+// requests), and a decision in a full cell fails thousands of tasks by
+// their fitKey alone, so building them is much of its work.
+type taskKeys struct {
+	constraints *troupev1.Constraints
+	tolerations []*troupev1.Toleration
+	requests    uintptr // the map's
+	class, fit  string
+	made        bool
+}
+
+// of returns t's classKey and fitKey. A decision changes none of the
+// messages or maps of its tasks, so equal pointers mean equal keys.
+func (k *taskKeys) of(t *Task) (class, fit string) {
+	spec := t.Task.GetSpec()
+	constraints, tolerations := spec.GetConstraints(), spec.GetTolerations()
+	requests := reflect.ValueOf(t.Requests).Pointer()
+	if !k.made || constraints != k.constraints || requests != k.requests || !sameSlice(tolerations, k.tolerations) {
+		class := k.class
+		if !k.made || constraints != k.constraints || !sameSlice(tolerations, k.tolerations) {
+			class = classKey(t)
+		}
+		*k = taskKeys{constraints: constraints, tolerations: tolerations, requests: requests,
+			class: class, fit: fitKey(class, t), made: true}
+	}
+	return k.class, k.fit
+}
+
+// sameSlice reports whether a and b are the same elements of the same
+// array.
+func sameSlice[T any](a, b []T) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 // classKey identifies a task's equivalence class for static filters:

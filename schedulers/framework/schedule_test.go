@@ -205,3 +205,20 @@ func TestCacheKeepsStaticVerdicts(t *testing.T) {
 		t.Fatalf("static filter ran %d times, want once more for the replaced machine", z.calls)
 	}
 }
+
+// The cache's perm shuffles as rng.Shuffle does, draw for draw: decisions
+// (and the simulator's runs) stay what they were.
+func TestPermAsShuffle(t *testing.T) {
+	c := NewCache()
+	for n := range 300 {
+		a, b := rand.New(rand.NewPCG(uint64(n), 9)), rand.New(rand.NewPCG(uint64(n), 9))
+		want := make([]int, n)
+		for i := range want {
+			want[i] = i
+		}
+		b.Shuffle(n, func(i, j int) { want[i], want[j] = want[j], want[i] })
+		if got := c.perm(a, n); fmt.Sprint(got) != fmt.Sprint(want) || a.Uint64() != b.Uint64() {
+			t.Fatalf("perm(%d) = %v, want %v (or the draws differ)", n, got, want)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package framework
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/troupe-cluster/troupe/clientlib"
@@ -94,6 +95,88 @@ type Machine struct {
 	JobTasks      map[string]int
 	// Unschedulable machines (cordoned, lost) get no new tasks.
 	Unschedulable bool
+	// usage is Capacity and Allocated of CPU and Memory, flat, if
+	// usage.of is this machine (see Flatten).
+	usage flatUsage
+}
+
+// Usage is how much CPU and Memory a machine has and has allocated,
+// flat: 0 of a resource it lacks or has no counter of.
+type Usage struct {
+	CPUCapacity, MemoryCapacity   int64
+	CPUAllocated, MemoryAllocated int64
+}
+
+// flatUsage is a machine's Usage, recorded by Flatten on the machine of,
+// and whether it has CPU and Memory at all (for its Room).
+type flatUsage struct {
+	Usage
+	hasCPU, hasMemory bool
+	of                *Machine
+}
+
+// Flatten records m's Usage from its maps, so that scores read it, and
+// RoomOf m's room, without map lookups (Machine.Usage). A copy of m
+// (c := *m) does not have it (the copy's Allocated is usually about to
+// change): whoever changes a machine's Capacity or Allocated, or copies
+// it, flattens it again (or FlattenAs), or leaves them to read the maps.
+func (m *Machine) Flatten() {
+	cpu, hasCPU := m.Capacity[CPU]
+	memory, hasMemory := m.Capacity[Memory]
+	m.usage = flatUsage{Usage: Usage{
+		CPUCapacity: cpu, MemoryCapacity: memory,
+		CPUAllocated: m.Allocated[CPU], MemoryAllocated: m.Allocated[Memory],
+	}, hasCPU: hasCPU, hasMemory: hasMemory, of: m}
+}
+
+// FlattenAs flattens m, whose Capacity and Allocated are o's (a copy of
+// o with other fields changed), by taking o's Usage if o is flattened.
+func (m *Machine) FlattenAs(o *Machine) {
+	if o.usage.of != o {
+		m.Flatten()
+		return
+	}
+	m.usage = o.usage
+	m.usage.of = m
+}
+
+// allocate adds t's requests to m's Allocated (a map of m's own),
+// keeping its Usage.
+func (m *Machine) allocate(t *Task) {
+	for r, v := range t.Requests {
+		m.Allocated[r] += v
+	}
+	if m.usage.of != m {
+		m.Flatten()
+		return
+	}
+	cpu, memory, only := t.CPUMemory()
+	if !only {
+		cpu, memory = t.Requests[CPU], t.Requests[Memory]
+	}
+	m.usage.CPUAllocated += cpu
+	m.usage.MemoryAllocated += memory
+}
+
+// Usage returns m's Usage as Flatten last recorded it on m (false: not
+// flattened, read the maps).
+func (m *Machine) Usage() (Usage, bool) { return m.usage.Usage, m.usage.of == m }
+
+// flatFree returns, from m's Usage, what m has free of r and whether it
+// has r at all; ok is false unless r is CPU or Memory and m is
+// flattened.
+func (m *Machine) flatFree(r string) (free int64, has, ok bool) {
+	u := &m.usage
+	if u.of != m {
+		return 0, false, false
+	}
+	switch r {
+	case CPU:
+		return u.CPUCapacity - u.CPUAllocated, u.hasCPU, true
+	case Memory:
+		return u.MemoryCapacity - u.MemoryAllocated, u.hasMemory, true
+	}
+	return 0, false, false
 }
 
 // Running is a task bound to a machine, as preemption sees it.
@@ -121,7 +204,12 @@ func CanPreempt(p, victim int32) bool {
 func PreemptsBelow(p int32) int32 { return min(p, ProductionPriority) }
 
 // Free returns how much of resource r is left.
-func (m *Machine) Free(r string) int64 { return m.Capacity[r] - m.Allocated[r] }
+func (m *Machine) Free(r string) int64 {
+	if free, _, ok := m.flatFree(r); ok {
+		return free
+	}
+	return m.Capacity[r] - m.Allocated[r]
+}
 
 // Fits reports whether m has room for request req of resource r: a
 // request of zero or less asks for nothing; otherwise m must have r and
@@ -129,6 +217,9 @@ func (m *Machine) Free(r string) int64 { return m.Capacity[r] - m.Allocated[r] }
 func (m *Machine) Fits(r string, req int64) bool {
 	if req <= 0 {
 		return true
+	}
+	if free, has, ok := m.flatFree(r); ok {
+		return has && req <= free
 	}
 	c, ok := m.Capacity[r]
 	return ok && req <= c-m.Allocated[r]
@@ -158,6 +249,12 @@ type Evictable struct {
 func RoomOf(m *Machine) Room { return Room{CPU: m.room(CPU), Memory: m.room(Memory)} }
 
 func (m *Machine) room(r string) int64 {
+	if free, has, ok := m.flatFree(r); ok {
+		if !has {
+			return -1
+		}
+		return free
+	}
 	c, ok := m.Capacity[r]
 	if !ok {
 		return -1
@@ -217,17 +314,65 @@ type Task struct {
 	Task     *troupev1.Task
 	Requests map[string]int64
 	Priority int32
+	// requests are Requests of CPU and Memory, flat, if requests.of is
+	// this task and it requests nothing else (see CPUMemory).
+	requests flatRequests
+}
+
+// flatRequests are a task's requests of CPU and Memory, recorded by
+// NewTask on the task of when it requests nothing else.
+type flatRequests struct {
+	cpu, memory int64
+	of          *Task
 }
 
 // NewTask describes a stored task for scheduling.
 func NewTask(key string, t *troupev1.Task) *Task {
-	return &Task{
+	ft := &Task{
 		Key:      key,
 		Job:      t.GetMetadata().GetNamespace() + "/" + t.GetSpec().GetJob(),
 		Task:     t,
 		Requests: t.GetSpec().GetTemplate().GetRequests(),
 		Priority: t.GetSpec().GetPriority(),
 	}
+	if onlyCPUMemory(ft.Requests) {
+		ft.requests = flatRequests{cpu: ft.Requests[CPU], memory: ft.Requests[Memory], of: ft}
+	}
+	return ft
+}
+
+// CPUMemory returns what t requests of CPU and Memory (0: nothing), and
+// true if it requests nothing else (no other request above zero); false
+// also when t was not made by NewTask, or is a copy of such a task (its
+// Requests may have changed): then read Requests.
+func (t *Task) CPUMemory() (cpu, memory int64, only bool) {
+	if t.requests.of != t {
+		return 0, 0, false
+	}
+	return t.requests.cpu, t.requests.memory, true
+}
+
+// resources returns the resources of amounts, sorted, in buf's array if
+// it has room: a task asks for a few, and the callers, for every task
+// of a decision, need not allocate.
+func resources(amounts map[string]int64, buf []string) []string {
+	buf = buf[:0]
+	for r := range amounts {
+		buf = append(buf, r)
+	}
+	slices.Sort(buf)
+	return buf
+}
+
+// onlyCPUMemory reports whether requests ask for nothing above zero but
+// CPU and Memory.
+func onlyCPUMemory(requests map[string]int64) bool {
+	for r, v := range requests {
+		if v > 0 && r != CPU && r != Memory {
+			return false
+		}
+	}
+	return true
 }
 
 // FilterPlugin decides whether a task may run on a machine.

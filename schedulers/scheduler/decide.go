@@ -30,8 +30,8 @@ func (s *Scheduler) scheduleJob(ctx context.Context, job string) {
 		if !ok {
 			return // still waiting: a wait since replaced the one that queued it
 		}
-		tasks := s.pendingTasks(job)
-		switch s.cfg.Policy.Begin(&rec.st, len(tasks), len(tasks) == 0 || s.gangComplete(job, tasks)) {
+		tasks, bound := s.pendingTasks(job)
+		switch s.cfg.Policy.Begin(&rec.st, len(tasks), len(tasks) == 0 || gangComplete(tasks, len(bound))) {
 		case Done:
 			s.settled(ctx, job, rec, nil)
 			s.done(job)
@@ -39,7 +39,7 @@ func (s *Scheduler) scheduleJob(ctx context.Context, job string) {
 		case Hold:
 			return // the gang's other members are not there yet; their creation wakes the job
 		}
-		a, plan, res := s.decide(ctx, job, tasks, rec)
+		a, plan, res := s.decide(ctx, job, tasks, bound, rec)
 		switch a.Step {
 		case Retry:
 			s.awaitRefresh(ctx, res.Conflicted)
@@ -96,15 +96,16 @@ func (s *Scheduler) done(job string) {
 // decide makes one decision about job's pending tasks and commits it,
 // tells the job's JobScheduling what became of them (tell), and returns
 // what the policy makes of the outcome, with the plan and the commit's
-// result (nil when nothing was committed).
-func (s *Scheduler) decide(ctx context.Context, job string, tasks []*framework.Task, rec *jobRecord) (Action, *framework.Plan, *framework.Result) {
+// result (nil when nothing was committed). bound are the machines of the
+// job's bound tasks, by key, read with tasks (pendingTasks).
+func (s *Scheduler) decide(ctx context.Context, job string, tasks []*framework.Task, bound map[string]string, rec *jobRecord) (Action, *framework.Plan, *framework.Result) {
 	st := &rec.st
 	start := s.clock.Now()
 	attempt := st.Attempt()
 	if st.Decisions() == 1 {
 		s.stats.waited(tasks, start)
 	}
-	plan := framework.Schedule(s.cfg.Profile, s.snapshot(job), tasks)
+	plan := framework.Schedule(s.cfg.Profile, s.snapshot(job, bound), tasks)
 	if s.cfg.Modes.Txn == framework.AllOrNothing && len(plan.Failures) > 0 {
 		// A gang is placed whole or not at all.
 		s.stats.decided(start, s.clock.Now(), len(tasks), 0, 0, len(tasks))
@@ -257,32 +258,33 @@ func (s *Scheduler) jobEvent(job, eventType, reason, format string, args ...any)
 	s.cfg.Events.Record(clientlib.Jobs.Name, ns, name, name, eventType, reason, fmt.Sprintf(format, args...))
 }
 
-// gangComplete reports whether a gang job has at least gang_min members
-// pending or placed, so that it is placed together and never in part.
-func (s *Scheduler) gangComplete(job string, pending []*framework.Task) bool {
+// gangComplete reports whether a gang job, with tasks pending and bound
+// placed, has at least gang_min members, so that it is placed together
+// and never in part.
+func gangComplete(pending []*framework.Task, bound int) bool {
 	min := pending[0].Task.GetSpec().GetGangMin()
-	if min <= 0 {
-		return true
-	}
-	members := len(pending)
-	for _, t := range s.tasks.Indexer().ByIndex(clientlib.IndexJob, job) {
-		if t.GetBinding().GetMachine() != "" {
-			members++
-		}
-	}
-	return int32(members) >= min
+	return min <= 0 || int32(len(pending)+bound) >= min
 }
 
 // pendingTasks returns the job's unbound tasks this instance serves, in
 // index order, leaving out those it placed itself and the cache does not
-// show bound yet.
-func (s *Scheduler) pendingTasks(job string) []*framework.Task {
+// show bound yet; and the machines of the job's bound tasks, by key, for
+// the decision's snapshot: the cache decodes a task at each read, so the
+// job's tasks are read once per decision.
+func (s *Scheduler) pendingTasks(job string) ([]*framework.Task, map[string]string) {
 	var out []*framework.Task
+	bound := map[string]string{}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, t := range s.tasks.Indexer().ByIndex(clientlib.IndexJob, job) {
 		key, err := clientlib.Tasks.Key(t)
-		if err != nil || !clientlib.Pending(t) || !s.serves(t) {
+		if err != nil {
+			continue
+		}
+		if m := t.GetBinding().GetMachine(); m != "" {
+			bound[key] = m
+		}
+		if !clientlib.Pending(t) || !s.serves(t) {
 			continue
 		}
 		if a, ok := s.assumed[job][key]; ok {
@@ -294,7 +296,7 @@ func (s *Scheduler) pendingTasks(job string) []*framework.Task {
 		out = append(out, framework.NewTask(key, t))
 	}
 	slices.SortFunc(out, func(a, b *framework.Task) int { return int(a.Task.GetSpec().GetIndex() - b.Task.GetSpec().GetIndex()) })
-	return out
+	return out, bound
 }
 
 // assume remembers placements committed until the cache shows them, and
@@ -304,9 +306,11 @@ func (s *Scheduler) assume(res *framework.Result) {
 	if res == nil {
 		return
 	}
-	for _, w := range res.Counters {
-		s.view.AssumeCounter(w.Key, w.Value, w.Version)
+	cs := make([]CounterValue, len(res.Counters))
+	for i, w := range res.Counters {
+		cs[i] = CounterValue(w)
 	}
+	s.view.AssumeCounters(cs)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, p := range res.Committed {
@@ -318,22 +322,18 @@ func (s *Scheduler) assume(res *framework.Result) {
 }
 
 // snapshot builds the decision's view of the cell: the machines from
-// the cell view, the job's tasks per machine (bound ones, and those this
-// instance placed that the cache does not show bound yet), and, for
-// preemption, the tasks bound to a machine, read from the cache on
-// demand.
-func (s *Scheduler) snapshot(job string) *framework.Snapshot {
+// the cell view, the job's tasks per machine (bound ones, whose machines
+// by key are bound, and those this instance placed that the cache does
+// not show bound yet), and, for preemption, the tasks bound to a
+// machine, read from the cache on demand.
+func (s *Scheduler) snapshot(job string, bound map[string]string) *framework.Snapshot {
 	jobTasks := map[string]int{}
-	bound := map[string]bool{}
-	for _, key := range s.tasks.Indexer().IndexKeys(clientlib.IndexJob, job) {
-		if t, ok := s.tasks.Indexer().Get(key); ok && t.GetBinding().GetMachine() != "" {
-			jobTasks[t.GetBinding().GetMachine()]++
-			bound[key] = true
-		}
+	for _, m := range bound {
+		jobTasks[m]++
 	}
 	s.mu.Lock()
 	for key, a := range s.assumed[job] {
-		if !bound[key] {
+		if _, ok := bound[key]; !ok {
 			jobTasks[a.machine]++
 		}
 	}

@@ -458,6 +458,7 @@ func (s *Shadow) snapshot(job string, ep episode) (*framework.Snapshot, map[stri
 			}
 			c := *snap.Machines[i]
 			c.Allocated = withoutOwn(c.Allocated, own[m])
+			c.Flatten()
 			snap.Machines[i] = &c
 			snap.Rooms[i] = framework.RoomOf(&c)
 		}

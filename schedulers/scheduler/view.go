@@ -22,7 +22,6 @@ import (
 // replaces the machine's pointer with a new one.
 type MachineView struct {
 	mu       sync.Mutex
-	index    map[string]int // machine name → position in machines
 	machines []*framework.Machine
 	rooms    []framework.Room      // framework.RoomOf(machines[i]) at i
 	entries  map[string]*viewEntry // by machine name, registered or not
@@ -35,10 +34,12 @@ type MachineView struct {
 	generation uint64
 }
 
-// viewEntry is what the view knows of one machine: its object (nil until
-// registered) and its counters, which may arrive first.
+// viewEntry is what the view knows of machine name: its object (nil
+// until registered) and its counters, which may arrive first.
 type viewEntry struct {
+	name     string
 	obj      *troupev1.Machine
+	at       int // its position in machines (-1: not listed)
 	alloc    map[string]int64
 	versions map[string]uint64
 	copied   uint64 // the update (MachineView.generation) that last copied alloc and versions
@@ -46,13 +47,13 @@ type viewEntry struct {
 
 // NewMachineView returns an empty view.
 func NewMachineView() *MachineView {
-	return &MachineView{free: map[string]*[65]int{}, index: map[string]int{}, entries: map[string]*viewEntry{}}
+	return &MachineView{free: map[string]*[65]int{}, entries: map[string]*viewEntry{}}
 }
 
 func (v *MachineView) entry(name string) *viewEntry {
 	e, ok := v.entries[name]
 	if !ok {
-		e = &viewEntry{alloc: map[string]int64{}, versions: map[string]uint64{}}
+		e = &viewEntry{name: name, at: -1, alloc: map[string]int64{}, versions: map[string]uint64{}}
 		v.entries[name] = e
 	}
 	return e
@@ -62,9 +63,9 @@ func (v *MachineView) entry(name string) *viewEntry {
 func (v *MachineView) SetMachine(m *troupev1.Machine) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	name := m.GetMetadata().GetName()
-	v.entry(name).obj = m
-	v.publish(name)
+	e := v.entry(m.GetMetadata().GetName())
+	e.obj = m
+	v.publish(e)
 }
 
 // DeleteMachine forgets a machine's object; its counters stay until they
@@ -74,8 +75,8 @@ func (v *MachineView) DeleteMachine(name string) {
 	defer v.mu.Unlock()
 	if e, ok := v.entries[name]; ok {
 		e.obj = nil
+		v.publish(e)
 	}
-	v.publish(name)
 }
 
 // CounterValue is a machine counter (/alloc/<machine>/<resource>) as a
@@ -89,7 +90,7 @@ type CounterValue struct {
 // SetCounter records the value and version of the counter at key
 // (/alloc/<machine>/<resource>) as the store holds it, unless the view
 // already holds a later version: the scheduler assumes its own commits'
-// counters before the cache shows them (AssumeCounter), and an older
+// counters before the cache shows them (AssumeCounters), and an older
 // event must not undo that. An event at the version assumed replaces the
 // assumed value with the store's.
 func (v *MachineView) SetCounter(key string, value int64, version uint64) {
@@ -106,17 +107,18 @@ func (v *MachineView) SetCounters(cs []CounterValue) {
 	})
 }
 
-// AssumeCounter records what a scheduler's own commit wrote to the
-// counter at key, before the cache shows it, unless the view already
-// holds that version or a later one. value may be only an estimate (a
+// AssumeCounters records what a scheduler's own commit wrote to
+// counters cs, before the cache shows them, each unless the view already
+// holds its version or a later one (each machine copied and republished
+// once, as by SetCounters). A value may be only an estimate (a
 // fine-grained commit adds to the counter without reading it, so others'
 // commits since the decision's snapshot are not in it); the store's
 // value at the same version (SetCounter, from the watch) is exact, so it
 // is never replaced by an assumption: the view would otherwise keep the
 // estimate until the counter next changed, and every decision on the
 // machine meanwhile would plan on room that is not there and conflict.
-func (v *MachineView) AssumeCounter(key string, value int64, version uint64) {
-	v.updateCounters([]CounterValue{{key, value, version}}, func(e *viewEntry, r string, c CounterValue) {
+func (v *MachineView) AssumeCounters(cs []CounterValue) {
+	v.updateCounters(cs, func(e *viewEntry, r string, c CounterValue) {
 		if c.Version > e.versions[r] {
 			e.alloc[r], e.versions[r] = c.Value, c.Version
 		}
@@ -138,7 +140,7 @@ func (v *MachineView) updateCounters(cs []CounterValue, change func(e *viewEntry
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.generation++
-	var changed []string
+	var changed []*viewEntry
 	for _, c := range cs {
 		machine, resource, ok := allocOf(c.Key)
 		if !ok {
@@ -147,12 +149,12 @@ func (v *MachineView) updateCounters(cs []CounterValue, change func(e *viewEntry
 		e := v.entry(machine)
 		if e.copied != v.generation {
 			e.alloc, e.versions, e.copied = maps.Clone(e.alloc), maps.Clone(e.versions), v.generation
-			changed = append(changed, machine)
+			changed = append(changed, e)
 		}
 		change(e, resource, c)
 	}
-	for _, m := range changed {
-		v.publish(m)
+	for _, e := range changed {
+		v.publish(e)
 	}
 }
 
@@ -162,34 +164,34 @@ func allocOf(key string) (machine, resource string, ok bool) {
 	return strings.Cut(strings.TrimPrefix(key, clientlib.AllocPrefix), "/")
 }
 
-// publish rebuilds the decision view of machine name from its entry.
-func (v *MachineView) publish(name string) {
-	e := v.entries[name]
-	i, listed := v.index[name]
-	if e == nil || e.obj == nil {
+// publish rebuilds the decision view of machine e.name from e.
+func (v *MachineView) publish(e *viewEntry) {
+	i, listed := e.at, e.at >= 0
+	if e.obj == nil {
 		if listed { // swap-remove
 			v.count(v.machines[i], -1)
 			last := len(v.machines) - 1
 			v.machines[i], v.rooms[i] = v.machines[last], v.rooms[last]
-			v.index[v.machines[i].Name] = i
+			v.entries[v.machines[i].Name].at = i
 			v.machines, v.rooms = v.machines[:last], v.rooms[:last]
-			delete(v.index, name)
+			e.at = -1
 		}
 		return
 	}
 	m := e.obj
 	fm := &framework.Machine{
-		Name: name, Object: m, Labels: m.GetMetadata().GetLabels(), Taints: m.GetSpec().GetTaints(),
+		Name: e.name, Object: m, Labels: m.GetMetadata().GetLabels(), Taints: m.GetSpec().GetTaints(),
 		Capacity: m.GetSpec().GetCapacity(), Allocated: e.alloc, AllocVersions: e.versions,
 		Unschedulable: m.GetSpec().GetUnschedulable() || m.GetStatus().GetPhase() == troupev1.MachinePhase_MACHINE_PHASE_LOST,
 	}
+	fm.Flatten()
 	if listed {
 		v.count(v.machines[i], -1)
 		v.machines[i], v.rooms[i] = fm, framework.RoomOf(fm)
 		v.count(fm, 1)
 		return
 	}
-	v.index[name] = len(v.machines)
+	e.at = len(v.machines)
 	v.machines, v.rooms = append(v.machines, fm), append(v.rooms, framework.RoomOf(fm))
 	v.count(fm, 1)
 }
@@ -228,7 +230,7 @@ func (v *MachineView) maxFree() map[string]int64 {
 func (v *MachineView) Machine(name string) *framework.Machine {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if i, ok := v.index[name]; ok {
+	if i, ok := v.at(name); ok {
 		return v.machines[i]
 	}
 	return nil
@@ -240,8 +242,16 @@ func (v *MachineView) Machine(name string) *framework.Machine {
 func (v *MachineView) Index(name string) (int, bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	i, ok := v.index[name]
-	return i, ok
+	return v.at(name)
+}
+
+// at returns the position of machine name in machines (false: not
+// listed).
+func (v *MachineView) at(name string) (int, bool) {
+	if e, ok := v.entries[name]; ok && e.at >= 0 {
+		return e.at, true
+	}
+	return 0, false
 }
 
 // Snapshot returns the cell for one decision of job: the machines, with
@@ -257,23 +267,45 @@ func (v *MachineView) Snapshot(jobTasks map[string]int, job string) *framework.S
 // Refill makes snap what Snapshot returns, reusing its Machines and
 // Rooms (its other fields are left alone): for a caller done with the
 // decision snap served, so that deciding often in a large cell
-// allocates little.
+// allocates little. Machines is refreshed, not copied: only the
+// machines changed since (published again, or copied for the job) are
+// written, which in a large cell is a few of thousands per decision.
+// The copies for the job are made in one allocation, and those with the
+// same count of the job's tasks share their JobTasks (a snapshot's
+// machines are read, never changed).
 func (v *MachineView) Refill(snap *framework.Snapshot, jobTasks map[string]int, job string) {
+	type on struct{ at, tasks int }
 	v.mu.Lock()
-	out := append(snap.Machines[:0], v.machines...)
+	out := snap.Machines
+	if len(out) == len(v.machines) {
+		for i, m := range v.machines {
+			if out[i] != m {
+				out[i] = m
+			}
+		}
+	} else {
+		out = append(out[:0], v.machines...)
+	}
 	rooms := append(snap.Rooms[:0], v.rooms...)
 	maxFree := v.maxFree()
-	idx := make(map[string]int, len(jobTasks))
-	for name := range jobTasks {
-		if i, ok := v.index[name]; ok {
-			idx[name] = i
+	ons := make([]on, 0, len(jobTasks))
+	for name, n := range jobTasks {
+		if i, ok := v.at(name); ok {
+			ons = append(ons, on{i, n})
 		}
 	}
 	v.mu.Unlock()
-	for name, i := range idx {
-		c := *out[i]
-		c.JobTasks = map[string]int{job: jobTasks[name]}
-		out[i] = &c
+	copies := make([]framework.Machine, len(ons))
+	counts := map[int]map[string]int{}
+	for k, o := range ons {
+		c := &copies[k]
+		*c = *out[o.at]
+		if c.JobTasks = counts[o.tasks]; c.JobTasks == nil {
+			c.JobTasks = map[string]int{job: o.tasks}
+			counts[o.tasks] = c.JobTasks
+		}
+		c.FlattenAs(out[o.at])
+		out[o.at] = c
 	}
 	snap.Machines, snap.Rooms, snap.MaxFree = out, rooms, maxFree
 }

@@ -12,7 +12,7 @@ import (
 // The view's MaxFree bounds what any schedulable machine has free, within
 // a factor of two, as machines and counters change; cordoned machines do
 // not count. Its Rooms are the machines' free room, as machines come and
-// go.
+// go, and its machines are flattened (framework.Machine.Usage).
 func TestMachineViewMaxFree(t *testing.T) {
 	v := NewMachineView()
 	r := rand.New(rand.NewPCG(1, 2))
@@ -31,6 +31,9 @@ func TestMachineViewMaxFree(t *testing.T) {
 		for i, fm := range snap.Machines {
 			if snap.Rooms[i] != framework.RoomOf(fm) {
 				t.Fatalf("step %d: room of %s is %+v, want %+v", step, fm.Name, snap.Rooms[i], framework.RoomOf(fm))
+			}
+			if u, ok := fm.Usage(); !ok || u != (framework.Usage{CPUCapacity: fm.Capacity["cpu"], CPUAllocated: fm.Allocated["cpu"]}) {
+				t.Fatalf("step %d: usage of %s is %+v, %v; its maps %v, %v", step, fm.Name, u, ok, fm.Capacity, fm.Allocated)
 			}
 			if j, ok := v.Index(fm.Name); !ok || j != i {
 				t.Fatalf("step %d: Index(%s) = %d, %v; it is at %d", step, fm.Name, j, ok, i)

@@ -1,14 +1,10 @@
 package sim
 
 import (
-	"cmp"
 	"context"
 	"fmt"
-	"maps"
 	"math"
 	"math/rand/v2"
-	"slices"
-	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -101,9 +97,7 @@ func (s *Simulator) release(m *simMachine) {
 	if len(m.tasks) == 0 {
 		return
 	}
-	refs := slices.SortedFunc(maps.Keys(m.tasks), func(a, b taskRef) int {
-		return cmp.Or(strings.Compare(a.js.key, b.js.key), cmp.Compare(a.i, b.i))
-	})
+	refs := m.sortedTasks()
 	tx := clientlib.NewTxn(s.store)
 	lost := make([]*troupev1.Task, len(refs))
 	for n, r := range refs {

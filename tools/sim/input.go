@@ -31,16 +31,25 @@ func MachineObject(m workload.Machine) *troupev1.Machine {
 
 // Tasks returns the tasks the simulator submits job as, pending for
 // schedulers of kind, at virtual time now, in namespace "sim". A task's
-// index is its position in the job (traces may skip indices).
+// index is its position in the job (traces may skip indices). The tasks
+// share the messages they have alike (constraints, submission time, and
+// the template of a run of tasks with the same requests): the simulator
+// changes a task by copying it, never a message in place, and a job of
+// thousands of tasks is made with a few maps, not thousands.
 func Tasks(job workload.Job, kind string, now time.Duration) []*troupev1.Task {
 	tasks := make([]*troupev1.Task, 0, len(job.Tasks))
+	constraints := &troupev1.Constraints{DistinctMachines: job.DistinctMachines, MatchLabels: job.MatchLabels}
+	submitted := timestampAt(now)
+	var template *troupev1.TaskTemplate
 	for pos, t := range job.Tasks {
+		if pos == 0 || t.CPU != job.Tasks[pos-1].CPU || t.Memory != job.Tasks[pos-1].Memory {
+			template = &troupev1.TaskTemplate{Command: "sim", Requests: map[string]int64{"cpu": t.CPU, "memory": t.Memory}}
+		}
 		index := int32(pos)
 		tasks = append(tasks, &troupev1.Task{
 			Metadata: &troupev1.ObjectMeta{Name: clientlib.TaskName(job.ID, index), Namespace: "sim"},
 			Spec: &troupev1.TaskSpec{Job: job.ID, Index: index, Type: jobType(job.Type), Priority: job.Priority, Scheduler: kind,
-				Constraints: &troupev1.Constraints{DistinctMachines: job.DistinctMachines, MatchLabels: job.MatchLabels}, Submitted: timestampAt(now),
-				Template: &troupev1.TaskTemplate{Command: "sim", Requests: map[string]int64{"cpu": t.CPU, "memory": t.Memory}}},
+				Constraints: constraints, Submitted: submitted, Template: template},
 			Status: &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_PENDING},
 		})
 	}

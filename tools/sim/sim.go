@@ -33,7 +33,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
-	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -154,8 +153,11 @@ type Simulator struct {
 	cpuTotal      int64
 	lastIntegrate time.Duration
 	// capacity of every machine counter: the run fails the moment one is
-	// exceeded (conservation).
-	capacity map[string]int64
+	// exceeded (conservation). leastCapacity is the least of them by
+	// resource: a counter at most that is within its machine's, found
+	// without looking the counter up among every machine's.
+	capacity      map[string]int64
+	leastCapacity [2]int64 // cpu, memory
 	// ending are the task runs to end at each instant, by job
 	// (endAt).
 	ending map[endKey][]endRef
@@ -179,8 +181,10 @@ type jobState struct {
 	shapes  []framework.Room
 	on      map[string]int
 	// runs counts each task's placements, so that the end of a run that
-	// was preempted is told apart from the end of the current one.
+	// was preempted is told apart from the end of the current one; slots
+	// are where each bound task is in its machine's tasks.
 	runs    []int
+	slots   []int32
 	sched   *simScheduler
 	policy  scheduler.JobState
 	queued  bool          // in its scheduler's queue
@@ -203,9 +207,13 @@ func New(cfg Config) (*Simulator, error) {
 	s := &Simulator{cfg: cfg, view: scheduler.NewMachineView(), jobs: map[string]*jobState{}, byName: map[string]*simMachine{},
 		evictable: map[int32][]framework.Evictable{}, stats: newStats(cfg.Schedulers), capacity: map[string]int64{},
 		ending: map[endKey][]endRef{}}
-	for _, m := range cfg.Machines {
+	for n, m := range cfg.Machines {
 		s.cpuTotal += m.CPU
 		s.capacity[clientlib.AllocKey(m.Name, "cpu")], s.capacity[clientlib.AllocKey(m.Name, "memory")] = m.CPU, m.Memory
+		if n == 0 {
+			s.leastCapacity = [2]int64{m.CPU, m.Memory}
+		}
+		s.leastCapacity = [2]int64{min(s.leastCapacity[0], m.CPU), min(s.leastCapacity[1], m.Memory)}
 	}
 	// No watch follows the store (the view is fed by Observe), so it
 	// keeps one change set: memory goes with what runs, not what ran.
@@ -238,7 +246,7 @@ func New(cfg Config) (*Simulator, error) {
 		if !ok || s.machines[i] != nil {
 			return nil, fmt.Errorf("sim: machine %s twice or not in the view", m.Name)
 		}
-		s.machines[i] = &simMachine{name: m.Name, index: i, obj: objs[n], tasks: map[taskRef]bool{}}
+		s.machines[i] = &simMachine{name: m.Name, index: i, obj: objs[n]}
 		s.byName[m.Name] = s.machines[i]
 		if cfg.Failures != nil {
 			s.machines[i].failures = newFailureStream(cfg.Seed, n)
@@ -296,8 +304,10 @@ func (s *Simulator) observe(cs *storev1.ChangeSet) {
 				s.fail(err)
 				continue
 			}
-			if limit, ok := s.capacity[k]; ok && value > limit {
-				s.fail(fmt.Errorf("sim: at %v %s is %d, over the machine's capacity %d", s.now, k, value, limit))
+			if s.aboveLeastCapacity(k, value) {
+				if limit, ok := s.capacity[k]; ok && value > limit {
+					s.fail(fmt.Errorf("sim: at %v %s is %d, over the machine's capacity %d", s.now, k, value, limit))
+				}
 			}
 			counters = append(counters, scheduler.CounterValue{Key: k, Value: value, Version: kv.GetVersion()})
 		case len(k) > len(clientlib.Machines.Prefix) && k[:len(clientlib.Machines.Prefix)] == clientlib.Machines.Prefix:
@@ -312,6 +322,19 @@ func (s *Simulator) observe(cs *storev1.ChangeSet) {
 	}
 	flush()
 	s.counters = counters
+}
+
+// aboveLeastCapacity reports whether value, of the counter at key, may
+// exceed its machine's capacity: it is above the least capacity of its
+// resource, or its resource is neither cpu nor memory.
+func (s *Simulator) aboveLeastCapacity(key string, value int64) bool {
+	switch key[strings.LastIndexByte(key, '/')+1:] {
+	case "cpu":
+		return value > s.leastCapacity[0]
+	case "memory":
+		return value > s.leastCapacity[1]
+	}
+	return true
 }
 
 func (s *Simulator) fail(err error) {
@@ -435,7 +458,7 @@ func (s *Simulator) createTasks(js *jobState, made *newTasks) error {
 	if err != nil {
 		return err
 	}
-	js.tasks, js.ftasks, js.runs = make([]*troupev1.Task, len(tasks)), make([]*framework.Task, len(tasks)), make([]int, len(tasks))
+	js.tasks, js.ftasks, js.runs, js.slots = make([]*troupev1.Task, len(tasks)), make([]*framework.Task, len(tasks)), make([]int, len(tasks)), make([]int32, len(tasks))
 	for i, g := range out.Groups {
 		tasks[i].Metadata.Version = g.Revision
 		js.set(int32(i), tasks[i])
@@ -618,9 +641,13 @@ func (s *Simulator) placed(js *jobState, p framework.Placement, res *framework.R
 // longer (-1).
 func (s *Simulator) bind(m *simMachine, js *jobState, i int32, delta int) {
 	if delta > 0 {
-		m.tasks[taskRef{js, i}] = true
-	} else {
-		delete(m.tasks, taskRef{js, i})
+		js.slots[i] = int32(len(m.tasks))
+		m.tasks = append(m.tasks, taskRef{js, i})
+	} else { // swap-remove, the last slot cleared: an ended job is not kept
+		n := len(m.tasks) - 1
+		at, last := js.slots[i], m.tasks[n]
+		m.tasks[at], last.js.slots[last.i] = last, at
+		m.tasks[n], m.tasks = taskRef{}, m.tasks[:n]
 	}
 	m.running = nil
 	t := js.job.Tasks[i]
@@ -648,7 +675,7 @@ func (s *Simulator) preemptible(below int32) []framework.Evictable {
 	}
 	ev := make([]framework.Evictable, len(s.machines))
 	for i, m := range s.machines {
-		for r := range m.tasks {
+		for _, r := range m.tasks {
 			if r.js.job.Priority < below {
 				count(&ev[i], r.js.job.Tasks[r.i], 1)
 			}
@@ -665,9 +692,7 @@ func (s *Simulator) running(machine string) []*framework.Running {
 	if m.running != nil {
 		return m.running
 	}
-	refs := slices.SortedFunc(maps.Keys(m.tasks), func(a, b taskRef) int {
-		return cmp.Or(strings.Compare(a.js.key, b.js.key), cmp.Compare(a.i, b.i))
-	})
+	refs := m.sortedTasks()
 	m.running = make([]*framework.Running, 0, len(refs))
 	for _, r := range refs {
 		ft := r.js.ftask(r.i)
@@ -741,13 +766,21 @@ func (js *jobState) pending() []*framework.Task {
 // change, and whether it has failed (with Config.Failures, the random
 // stream of its failures).
 type simMachine struct {
-	name     string
-	index    int // in the view's snapshots
-	obj      *troupev1.Machine
-	tasks    map[taskRef]bool
+	name  string
+	index int // in the view's snapshots
+	obj   *troupev1.Machine
+	// tasks are the tasks bound to it, in no order (see bind).
+	tasks    []taskRef
 	running  []*framework.Running // nil: to be worked out
 	down     bool
 	failures *rand.Rand
+}
+
+// sortedTasks returns the tasks bound to m by job key and index.
+func (m *simMachine) sortedTasks() []taskRef {
+	return slices.SortedFunc(slices.Values(m.tasks), func(a, b taskRef) int {
+		return cmp.Or(strings.Compare(a.js.key, b.js.key), cmp.Compare(a.i, b.i))
+	})
 }
 
 // jobWait is wait number n of a job.

@@ -1,7 +1,9 @@
 package sim
 
 import (
+	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"reflect"
 	"testing"
@@ -297,4 +299,30 @@ func TestFinishedJobsAreForgotten(t *testing.T) {
 		}
 	}
 	audit(t, s)
+}
+
+// A machine counter over its machine's capacity fails the run at once
+// (conservation), in a cell of machines of different sizes: one within
+// the small machines' capacity is not looked up, one above it is.
+func TestCounterOverCapacityFails(t *testing.T) {
+	cfg := testConfig(1, framework.Fine)
+	cfg.Machines[1].CPU = 4000
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		machine string
+		add     int64
+		over    bool
+	}{{"m00", 3000, false}, {"m00", 3000, false}, {"m01", 3000, false}, {"m01", 3000, true}} {
+		tx := clientlib.NewTxn(s.store)
+		tx.Group().Add(clientlib.AllocKey(c.machine, "cpu"), c.add, 0, math.MaxInt64)
+		if out, err := tx.Commit(context.Background()); err != nil || out.Err() != nil {
+			t.Fatal(err, out.Err())
+		}
+		if (s.err != nil) != c.over {
+			t.Fatalf("%s cpu %+d: the run's error is %v", c.machine, c.add, s.err)
+		}
+	}
 }

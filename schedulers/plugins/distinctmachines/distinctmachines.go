@@ -33,9 +33,13 @@ func (*DistinctMachines) Filter(t *framework.Task, m *framework.Machine) *framew
 	}
 	if m.JobTasks[t.Job] > 0 {
 		// The reason names no machine-specific number, so that the
-		// framework's summary counts these machines under one reason.
-		return framework.NewStatus(framework.Unschedulable, Name,
-			fmt.Sprintf("machine already runs a task of job %s (distinct_machines)", t.Job))
+		// framework's summary counts these machines under one reason;
+		// it is worked out only if asked for (a job's tasks refused by
+		// the machines it runs on would otherwise format one each).
+		job := t.Job
+		return framework.Explained(framework.Unschedulable, Name, func() []string {
+			return []string{fmt.Sprintf("machine already runs a task of job %s (distinct_machines)", job)}
+		})
 	}
 	return nil
 }

@@ -39,7 +39,7 @@ func TestFilter(t *testing.T) {
 				}
 				return
 			}
-			if st.IsSuccess() || st.Code != framework.Unschedulable || st.Plugin != Name || !slices.Equal(st.Reasons, tc.want) {
+			if st.IsSuccess() || st.Code != framework.Unschedulable || st.Plugin != Name || !slices.Equal(st.Explain(), tc.want) {
 				t.Fatalf("Filter = %#v, want unschedulable %q", st, tc.want)
 			}
 		})

@@ -2,8 +2,10 @@ package utilization
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 
+	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 	"github.com/troupe-cluster/troupe/schedulers/framework"
 )
 
@@ -43,5 +45,47 @@ func TestFullness(t *testing.T) {
 				t.Fatalf("Fullness = %d, %v; want %d, %v", got, ok, tc.want, tc.wantOK)
 			}
 		})
+	}
+}
+
+// Fullness reads flattened machines and tasks (Machine.Flatten, NewTask)
+// as it reads their maps: on random machines, some without cpu or
+// memory, with extended resources or negative counters, and random
+// tasks, some requesting a gpu (read from the maps) or zero of one.
+func TestFullnessFlatAsMaps(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 7))
+	amount := func(max int64) int64 { return r.Int64N(max+1) - max/10 }
+	flat := 0
+	for range 20000 {
+		m := &framework.Machine{Capacity: map[string]int64{}, Allocated: map[string]int64{}}
+		for _, res := range []string{"cpu", "memory", "gpu"} {
+			if r.IntN(6) > 0 {
+				m.Capacity[res] = amount(16000)
+			}
+			if r.IntN(4) > 0 {
+				m.Allocated[res] = amount(20000)
+			}
+		}
+		m.Flatten()
+		requests := map[string]int64{}
+		for _, res := range []string{"cpu", "memory", "gpu"} {
+			if r.IntN(4) > 0 && (res != "gpu" || r.IntN(3) == 0) {
+				requests[res] = amount(8000)
+			}
+		}
+		task := framework.NewTask("/tasks/ns/j/0", &troupev1.Task{Spec: &troupev1.TaskSpec{
+			Template: &troupev1.TaskTemplate{Requests: requests}}})
+		got, gotOK := Fullness(task, m)
+		plain := *task // a copy reads the maps
+		want, wantOK := Fullness(&plain, &framework.Machine{Capacity: m.Capacity, Allocated: m.Allocated})
+		if got != want || gotOK != wantOK {
+			t.Fatalf("Fullness(%v on %v, %v) = %d, %v flat; %d, %v from the maps", requests, m.Capacity, m.Allocated, got, gotOK, want, wantOK)
+		}
+		if _, _, only := task.CPUMemory(); only {
+			flat++
+		}
+	}
+	if flat == 0 || flat == 20000 {
+		t.Fatalf("%d of 20000 tasks scored flat: both paths must be exercised", flat)
 	}
 }
