@@ -13,8 +13,6 @@ import (
 	"github.com/lni/dragonboat/v4/raftio"
 	pb "github.com/lni/dragonboat/v4/raftpb"
 	"github.com/lni/vfs"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 )
@@ -161,22 +159,7 @@ func TestTanFsyncsOncePerCommit(t *testing.T) {
 	cfg.Shards = 1
 	cfg.LogStore = LogStoreTan
 	cfg.fs = counter
-	n, err := Start(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	if err := n.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient(n.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	c := storev1.NewStoreClient(conn)
+	_, c, ctx := startReady(t, cfg)
 	commit := func(i int) {
 		k := "/machines/m" + strconv.Itoa(i)
 		resp, err := c.Commit(ctx, &storev1.CommitRequest{TxnId: k, Groups: []*storev1.Group{{

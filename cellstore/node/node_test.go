@@ -41,6 +41,29 @@ func testConfig(t *testing.T, dir string) Config {
 	return cfg
 }
 
+// startReady starts a node of cfg, waits until it is ready and returns
+// it, with a plaintext client of its store and a context that ends with
+// the test (or after 30 s); the test's cleanup closes both.
+func startReady(t *testing.T, cfg Config) (*Node, storev1.StoreClient, context.Context) {
+	t.Helper()
+	n, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	if err := n.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(n.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return n, storev1.NewStoreClient(conn), ctx
+}
+
 func httpGet(t *testing.T, url string) (int, string) {
 	t.Helper()
 	resp, err := http.Get(url)
@@ -171,22 +194,7 @@ func TestParseMembers(t *testing.T) {
 func TestGroupCommit(t *testing.T) {
 	cfg := testConfig(t, t.TempDir())
 	cfg.Shards = 1
-	n, err := Start(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	if err := n.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient(n.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	c := storev1.NewStoreClient(conn)
+	n, c, ctx := startReady(t, cfg)
 	const count = 200
 	req := func(i int) *storev1.CommitRequest {
 		k := "/machines/m" + strconv.Itoa(i)
