@@ -57,7 +57,7 @@ func resolveLogStore(dir, want string) (string, error) {
 		return held, nil
 	}
 	return "", fmt.Errorf("node: the data directory %s holds a %s Raft log, which the %s log store cannot open: "+
-		"start with --log-store %s (or auto), or move the node to %s by replacing it (members remove, a new data directory, members add)",
+		"start with --log-store %s or without it, or move the node to %s by replacing it (members remove, a new data directory, members add)",
 		dir, held, want, held, want)
 }
 
