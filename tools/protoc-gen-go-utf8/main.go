@@ -108,7 +108,11 @@ func field(g *protogen.GeneratedFile, f *protogen.File, fd *protogen.Field) {
 		if !walked(f, key) && !walked(f, val) {
 			return
 		}
-		g.P("for k, v := range m.", fd.GoName, " {")
+		if walked(f, val) {
+			g.P("for k, v := range m.", fd.GoName, " {")
+		} else {
+			g.P("for k := range m.", fd.GoName, " {")
+		}
 		if walked(f, key) {
 			g.P("if !", validString, "(k) {")
 			g.P("return ", name, ` + " (a key)"`)
@@ -116,8 +120,6 @@ func field(g *protogen.GeneratedFile, f *protogen.File, fd *protogen.Field) {
 		}
 		if walked(f, val) {
 			check(g, val, "v", name+` + "[" + `+g.QualifiedGoIdent(sprint)+`(k) + "]"`)
-		} else {
-			g.P("_ = v")
 		}
 		g.P("}")
 	case !walked(f, fd):

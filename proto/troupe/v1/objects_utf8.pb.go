@@ -97,11 +97,10 @@ func (m *MachineSpec) InvalidUTF8() string {
 	if m == nil {
 		return ""
 	}
-	for k, v := range m.Capacity {
+	for k := range m.Capacity {
 		if !utf8.ValidString(k) {
 			return "capacity" + " (a key)"
 		}
-		_ = v
 	}
 	for i, v := range m.Taints {
 		if p := v.InvalidUTF8(); p != "" {
@@ -216,17 +215,15 @@ func (m *TaskTemplate) InvalidUTF8() string {
 			return "env" + "[" + fmt.Sprint(k) + "]"
 		}
 	}
-	for k, v := range m.Requests {
+	for k := range m.Requests {
 		if !utf8.ValidString(k) {
 			return "requests" + " (a key)"
 		}
-		_ = v
 	}
-	for k, v := range m.Limits {
+	for k := range m.Limits {
 		if !utf8.ValidString(k) {
 			return "limits" + " (a key)"
 		}
-		_ = v
 	}
 	if !utf8.ValidString(m.WorkingDir) {
 		return "working_dir"
@@ -390,11 +387,10 @@ func (m *SchedulingStatus) InvalidUTF8() string {
 	if !utf8.ValidString(m.Message) {
 		return "message"
 	}
-	for k, v := range m.Refused {
+	for k := range m.Refused {
 		if !utf8.ValidString(k) {
 			return "refused" + " (a key)"
 		}
-		_ = v
 	}
 	return ""
 }
@@ -432,11 +428,10 @@ func (m *Charge) InvalidUTF8() string {
 	if !utf8.ValidString(m.Band) {
 		return "band"
 	}
-	for k, v := range m.Amounts {
+	for k := range m.Amounts {
 		if !utf8.ValidString(k) {
 			return "amounts" + " (a key)"
 		}
-		_ = v
 	}
 	return ""
 }
@@ -698,17 +693,15 @@ func (m *QuotaSpec) InvalidUTF8() string {
 	if m == nil {
 		return ""
 	}
-	for k, v := range m.Production {
+	for k := range m.Production {
 		if !utf8.ValidString(k) {
 			return "production" + " (a key)"
 		}
-		_ = v
 	}
-	for k, v := range m.NonProduction {
+	for k := range m.NonProduction {
 		if !utf8.ValidString(k) {
 			return "non_production" + " (a key)"
 		}
-		_ = v
 	}
 	return ""
 }
