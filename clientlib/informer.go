@@ -25,6 +25,7 @@ func NewInformer[T Object](s Store, k Kind[T], within string, indexes map[string
 		Watch:       s.WatchStream,
 		IsCompacted: IsCompacted,
 		Decode:      func(key string, value []byte, version uint64) (T, error) { return DecodeAt(k, key, value, version) },
+		Reread:      func(_ string, value []byte, version uint64) (T, error) { return Decode(k, value, version) },
 		Indexes:     indexes,
 		Logger:      loggerOf(s),
 	})

@@ -8,7 +8,6 @@ import (
 
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/troupe-cluster/troupe/cellstore/keyspace"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
@@ -186,7 +185,7 @@ func (m *WatchMux) receive(s *muxStream) {
 			m.mu.Unlock()
 			return
 		}
-		size := proto.Size(resp)
+		size := resp.SizeVT()
 		s.mu.Lock()
 		for _, id := range resp.GetWatchIds() {
 			w := s.watches[id]

@@ -115,7 +115,11 @@ func (s *Server) admit(ctx context.Context, a Access) error {
 // key on being absent, updates when on a version, and may do either when
 // unconditioned.
 func commitAccess(req *storev1.CommitRequest) []KeyOp {
-	var out []KeyOp
+	n := 0
+	for _, g := range req.GetGroups() {
+		n += len(g.GetConditions()) + len(g.GetOps())
+	}
+	out := make([]KeyOp, 0, n)
 	for _, g := range req.GetGroups() {
 		conds := g.GetConditions()
 		for _, c := range conds {

@@ -56,14 +56,18 @@ func (l Limits) Validate() error {
 // strings are, and a reader with another codec could not decode a stored
 // key that is not.
 func (l Limits) checkKey(what, k string) error {
+	if validKey(k) {
+		return nil
+	}
 	if k == "" {
 		return storeerr.EmptyKey.With("%s", what)
 	}
-	if !utf8.ValidString(k) {
-		return storeerr.NotUTF8.With("%s: key %q", what, k)
-	}
-	return nil
+	return storeerr.NotUTF8.With("%s: key %q", what, k)
 }
+
+// validKey is checkKey's test, without its error: a commit checks
+// thousands of keys, and builds the name of the one that fails alone.
+func validKey(k string) bool { return k != "" && utf8.ValidString(k) }
 
 // ValidateCommit checks a commit request's shape. It returns a gRPC error
 // for a malformed request, and for each group either nil or the failure
@@ -87,24 +91,23 @@ func (l Limits) ValidateCommit(req *storev1.CommitRequest) ([]*storev1.Failure, 
 	ops := 0
 	failures := make([]*storev1.Failure, len(req.GetGroups()))
 	for gi, g := range req.GetGroups() {
-		what := fmt.Sprintf("commit: group %d", gi)
 		if len(g.GetConditions())+len(g.GetOps()) == 0 {
-			return nil, storeerr.EmptyGroup.With("%s", what)
+			return nil, storeerr.EmptyGroup.With("commit: group %d", gi)
 		}
 		ops += len(g.GetConditions()) + len(g.GetOps())
 		for _, c := range g.GetConditions() {
-			if err := l.checkKey(what+" condition", c.GetKey()); err != nil {
-				return nil, err
+			if !validKey(c.GetKey()) {
+				return nil, l.checkKey(fmt.Sprintf("commit: group %d condition", gi), c.GetKey())
 			}
 			failures[gi] = cmpFailure(failures[gi], l.tooLarge(c.GetKey(), nil))
 		}
 		for oi, op := range g.GetOps() {
 			k, v, err := opKeyValue(op)
 			if err != nil {
-				return nil, storeerr.MalformedOp.With("%s op %d: %v", what, oi, err)
+				return nil, storeerr.MalformedOp.With("commit: group %d op %d: %v", gi, oi, err)
 			}
-			if err := l.checkKey(fmt.Sprintf("%s op %d", what, oi), k); err != nil {
-				return nil, err
+			if !validKey(k) {
+				return nil, l.checkKey(fmt.Sprintf("commit: group %d op %d", gi, oi), k)
 			}
 			failures[gi] = cmpFailure(failures[gi], l.tooLarge(k, v))
 		}

@@ -303,11 +303,23 @@ func (s *Server) proposals(req *storev1.CommitRequest, shardOf []uint32, keep fu
 // proto.MarshalOptions{Deterministic: true}'s (proto/codec's
 // TestMarshalVTIsDeterministic).
 func requestHash(req *storev1.CommitRequest) uint64 {
-	b, _ := (&storev1.CommitRequest{Groups: req.GetGroups(), Atomic: req.GetAtomic()}).MarshalVT()
+	bare := storev1.CommitRequest{Groups: req.GetGroups(), Atomic: req.GetAtomic()}
+	buf := hashBuffers.Get().(*[]byte)
+	defer hashBuffers.Put(buf)
+	n := bare.SizeVT()
+	if cap(*buf) < n {
+		*buf = make([]byte, n)
+	}
+	b := (*buf)[:n]
+	bare.MarshalToSizedBufferVT(b) // never fails: MarshalVT's error is always nil
 	h := fnv.New64a()
 	h.Write(b)
 	return h.Sum64()
 }
+
+// hashBuffers hold requestHash's encodings between commits: a request is
+// a few kilobytes to megabytes, encoded only to be hashed.
+var hashBuffers = sync.Pool{New: func() any { return new([]byte) }}
 
 // propose runs the proposals (in parallel when there are several) and
 // merges their outcomes into resp.

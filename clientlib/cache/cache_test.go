@@ -113,7 +113,8 @@ func TestIndexer(t *testing.T) {
 			t.Fatal(err)
 		}
 		size[key] = len(b)
-		x.set(key, tk, b, version)
+		prev, existed := x.held(key)
+		x.set(key, tk, b, version, prev, existed)
 	}
 	set("/tasks/ns/a/0", task("a", 0, ""), 1)
 	set("/tasks/ns/a/1", task("a", 1, "m1"), 2)

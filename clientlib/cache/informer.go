@@ -30,7 +30,14 @@ type InformerConfig[T Object] struct {
 	IsCompacted func(error) bool
 	// Decode turns a stored key and value into an object (version filled
 	// in). A value it refuses is skipped (see Handler.OnUnreadable).
-	Decode  DecodeFunc[T]
+	Decode DecodeFunc[T]
+	// Reread decodes a value Decode accepted, again, for the cache's
+	// readers (Get, List, ByIndex, a handler's old object). It may leave
+	// out the checks Decode made, which the value passed and which give
+	// the same answer for the same bytes (clientlib's Decode beside its
+	// DecodeAt): each object is read back several times, and the checks
+	// cost as much as the decoding. Nil: Decode.
+	Reread  DecodeFunc[T]
 	Indexes map[string]IndexFunc[T]
 	// RetryDelay is the pause before listing again after a failed list or
 	// a broken watch.
@@ -46,7 +53,11 @@ type InformerConfig[T Object] struct {
 type Handler[T Object] struct {
 	OnAdd    func(key string, obj T)
 	OnUpdate func(key string, old, cur T)
-	OnDelete func(key string, old T)
+	// UpdateIgnoresOld says that OnUpdate does not read old, which may
+	// then be the zero T: when no handler reads it, an update does not
+	// decode the object it replaces.
+	UpdateIgnoresOld bool
+	OnDelete         func(key string, old T)
 	// OnUnreadable is called when the value at key becomes one that
 	// Decode refuses, err saying why. The cache skips it: it holds no
 	// object at key (OnDelete came first if it held one) until the key is
@@ -62,7 +73,8 @@ type Informer[T Object] struct {
 	cfg      InformerConfig[T]
 	indexer  *Indexer[T]
 	handlers []Handler[T]
-	wantsOld bool // a handler is told of updates or deletions, with the old object
+	// A handler reads the old object of an update, of a deletion.
+	oldOnUpdate, oldOnDelete bool
 
 	mu sync.Mutex // guards unreadable
 	// unreadable are the values skipped, by key.
@@ -84,7 +96,11 @@ func NewInformer[T Object](cfg InformerConfig[T]) *Informer[T] {
 	if cfg.RetryDelay <= 0 {
 		cfg.RetryDelay = 100 * time.Millisecond
 	}
-	return &Informer[T]{cfg: cfg, indexer: NewIndexer(cfg.Decode, cfg.Indexes), unreadable: map[string]skipped{}, syncedCh: make(chan struct{})}
+	reread := cfg.Reread
+	if reread == nil {
+		reread = cfg.Decode
+	}
+	return &Informer[T]{cfg: cfg, indexer: NewIndexer(reread, cfg.Indexes), unreadable: map[string]skipped{}, syncedCh: make(chan struct{})}
 }
 
 // skipped is a value Decode refused: its version and why.
@@ -96,7 +112,8 @@ type skipped struct {
 // AddHandler registers h; call it before Run.
 func (in *Informer[T]) AddHandler(h Handler[T]) {
 	in.handlers = append(in.handlers, h)
-	in.wantsOld = in.wantsOld || h.OnUpdate != nil || h.OnDelete != nil
+	in.oldOnUpdate = in.oldOnUpdate || h.OnUpdate != nil && !h.UpdateIgnoresOld
+	in.oldOnDelete = in.oldOnDelete || h.OnDelete != nil
 }
 
 // Indexer is the cache's store.
@@ -196,18 +213,22 @@ func (in *Informer[T]) list(ctx context.Context) ([]byte, error) {
 	in.mu.Unlock()
 	for _, key := range in.indexer.Keys() {
 		if _, ok := objs[key]; !ok {
-			old, _ := in.old(key)
+			prev, _ := in.indexer.held(key)
+			old := in.old(key, prev, true)
 			in.indexer.delete(key)
 			in.notifyDelete(key, old)
 		}
 	}
 	for key, obj := range objs {
-		v, existed := in.indexer.version(key)
-		if existed && v == version(obj) {
+		prev, existed := in.indexer.held(key)
+		if existed && prev.version == version(obj) {
 			continue
 		}
-		old, _ := in.old(key)
-		in.indexer.set(key, obj, held[key].GetValue(), held[key].GetVersion())
+		var old T
+		if existed {
+			old = in.old(key, prev, false)
+		}
+		in.indexer.set(key, obj, held[key].GetValue(), held[key].GetVersion(), prev, existed)
 		if existed {
 			in.notifyUpdate(key, old, obj)
 		} else {
@@ -247,54 +268,60 @@ func (in *Informer[T]) watch(ctx context.Context, cursor []byte) error {
 // or skips (a relist may have read past them).
 func (in *Informer[T]) apply(ev *storev1.Event) {
 	key, ver := ev.GetKv().GetKey(), ev.GetKv().GetVersion()
-	held, existed := in.indexer.version(key)
+	prev, existed := in.indexer.held(key)
 	in.mu.Lock()
-	prev, wasBad := in.unreadable[key]
+	bad, wasBad := in.unreadable[key]
 	in.mu.Unlock()
-	if existed && held >= ver || wasBad && prev.version >= ver {
+	if existed && prev.version >= ver || wasBad && bad.version >= ver {
 		return
 	}
-	old, _ := in.old(key)
 	in.events.Add(1)
+	deleted := ev.GetType() == storev1.EventType_EVENT_TYPE_DELETE
 	var obj T
 	var err error
-	if ev.GetType() != storev1.EventType_EVENT_TYPE_DELETE {
+	if !deleted {
 		obj, err = in.cfg.Decode(key, ev.GetKv().GetValue(), ver)
 	}
-	in.mu.Lock()
-	if err != nil {
-		in.unreadable[key] = skipped{ver, err}
-	} else {
-		delete(in.unreadable, key)
+	// Only this goroutine writes unreadable: a key it does not hold
+	// needs no deleting.
+	if err != nil || wasBad {
+		in.mu.Lock()
+		if err != nil {
+			in.unreadable[key] = skipped{ver, err}
+		} else {
+			delete(in.unreadable, key)
+		}
+		in.mu.Unlock()
 	}
-	in.mu.Unlock()
 	switch {
-	case ev.GetType() == storev1.EventType_EVENT_TYPE_DELETE || err != nil:
+	case deleted || err != nil:
 		if existed {
+			old := in.old(key, prev, true)
 			in.indexer.delete(key)
 			in.notifyDelete(key, old)
 		}
 		if err != nil && !wasBad {
 			in.notifyUnreadable(key, skipped{ver, err})
 		}
+	case existed:
+		old := in.old(key, prev, false)
+		in.indexer.set(key, obj, ev.GetKv().GetValue(), ver, prev, true)
+		in.notifyUpdate(key, old, obj)
 	default:
-		in.indexer.set(key, obj, ev.GetKv().GetValue(), ver)
-		if existed {
-			in.notifyUpdate(key, old, obj)
-		} else {
-			in.notifyAdd(key, obj)
-		}
+		in.indexer.set(key, obj, ev.GetKv().GetValue(), ver, entry{}, false)
+		in.notifyAdd(key, obj)
 	}
 }
 
-// old returns the object the cache holds at key for the handlers that
-// are told of its update or deletion (none: not decoded).
-func (in *Informer[T]) old(key string) (T, bool) {
-	if !in.wantsOld {
-		var zero T
-		return zero, false
+// old returns the object held at key, as held, for the handlers told of
+// its deletion (deleted) or update: decoded only if one of them reads it
+// (the zero T otherwise).
+func (in *Informer[T]) old(key string, held entry, deleted bool) T {
+	var obj T
+	if deleted && in.oldOnDelete || !deleted && in.oldOnUpdate {
+		obj = in.indexer.object(key, held)
 	}
-	return in.indexer.Get(key)
+	return obj
 }
 
 func (in *Informer[T]) notifyAdd(key string, obj T) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -184,4 +185,78 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// TestInformerDecodesOnlyWhatIsRead: Decode checks each value once, as it
+// arrives; the old objects handlers are told of, and Get, go through
+// Reread, and an update's old object is decoded only for a handler that
+// reads it.
+func TestInformerDecodesOnlyWhatIsRead(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		othersReadOld bool  // a second handler reads the old object of updates
+		wantRereads   int64 // by the updates and the deletion
+	}{
+		{"no handler reads an update's old", false, 1},
+		{"a handler reads an update's old", true, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := &scriptedSource{states: []map[string]*storev1.KeyValue{{"/machines/a": machineKV("a", 1, false)}}}
+			src.streams = [][]*storev1.WatchResponse{{{Events: []*storev1.Event{
+				put(machineKV("a", 2, true)), put(machineKV("a", 3, false)), del("/machines/a", 4), put(machineKV("b", 5, false)),
+			}}}}
+			src.ends = []error{nil}
+			var decodes, rereads atomic.Int64
+			unmarshal := func(calls *atomic.Int64) DecodeFunc[*troupev1.Machine] {
+				return func(_ string, v []byte, ver uint64) (*troupev1.Machine, error) {
+					calls.Add(1)
+					m := &troupev1.Machine{}
+					if err := proto.Unmarshal(v, m); err != nil {
+						return nil, err
+					}
+					m.Metadata.Version = ver
+					return m, nil
+				}
+			}
+			in := NewInformer(InformerConfig[*troupev1.Machine]{
+				Prefix: "/machines/", List: src.list, Watch: src.watch, IsCompacted: func(error) bool { return false },
+				Decode: unmarshal(&decodes), Reread: unmarshal(&rereads),
+			})
+			var mu sync.Mutex
+			var log []string
+			record := func(s string) { mu.Lock(); log = append(log, s); mu.Unlock() }
+			in.AddHandler(Handler[*troupev1.Machine]{
+				OnUpdate:         func(k string, old, cur *troupev1.Machine) { record(fmt.Sprintf("update %s %v", k, old != nil)) },
+				UpdateIgnoresOld: true,
+				OnDelete: func(k string, old *troupev1.Machine) {
+					record(fmt.Sprintf("delete %s %d", k, old.GetMetadata().GetVersion()))
+				},
+			})
+			if tc.othersReadOld {
+				in.AddHandler(Handler[*troupev1.Machine]{OnUpdate: func(string, *troupev1.Machine, *troupev1.Machine) {}})
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- in.Run(ctx) }()
+			wait.Until(ctx, t, "the events to be applied", func() (bool, string) {
+				return in.EventsApplied() == 4, fmt.Sprintf("%d events applied", in.EventsApplied())
+			})
+			cancel()
+			<-done
+			mu.Lock()
+			defer mu.Unlock()
+			oldGiven := tc.othersReadOld
+			want := fmt.Sprint([]string{fmt.Sprintf("update /machines/a %v", oldGiven), fmt.Sprintf("update /machines/a %v", oldGiven), "delete /machines/a 3"})
+			if got := fmt.Sprint(log); got != want {
+				t.Errorf("handler calls %s, want %s", got, want)
+			}
+			if decodes.Load() != 4 || rereads.Load() != tc.wantRereads {
+				t.Errorf("%d decodes, %d rereads; want 4 (the list's and each put's) and %d", decodes.Load(), rereads.Load(), tc.wantRereads)
+			}
+			if m, ok := in.Indexer().Get("/machines/b"); !ok || m.GetMetadata().GetVersion() != 5 || rereads.Load() != tc.wantRereads+1 {
+				t.Errorf("Get: %v, %v after %d rereads; want b at version 5, read back by Reread", m, ok, rereads.Load())
+			}
+		})
+	}
 }

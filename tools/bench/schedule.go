@@ -65,6 +65,12 @@ type ScheduleResult struct {
 	P50WaitMs        float64   `json:"p50_wait_ms"`
 	P99WaitMs        float64   `json:"p99_wait_ms"`
 	Busyness         []float64 `json:"busyness"`
+	// CPUPerPlacementUs is the process's CPU time (user and system: the
+	// store, the caches and the schedulers together) from the first
+	// submission until the last placement, in microseconds per
+	// placement: what other work on the machine disturbs less than
+	// PlacementsPerSec.
+	CPUPerPlacementUs float64 `json:"cpu_us_per_placement"`
 	// Overcommitted counts machines whose bound tasks request more than
 	// their capacity; CounterMismatches those whose /alloc counters differ
 	// from the requests of their bound tasks. Both must be zero.
@@ -160,6 +166,7 @@ func RunSchedule(ctx context.Context, cfg ScheduleConfig) (ScheduleResult, error
 	// Submit the jobs while the schedulers run, as fast as the store
 	// takes them.
 	rng := rand.New(rand.NewPCG(cfg.Seed, 1<<32))
+	cpu0 := processCPU()
 	submitErr := make(chan error, 1)
 	go func() {
 		var job string
@@ -181,7 +188,8 @@ func RunSchedule(ctx context.Context, cfg ScheduleConfig) (ScheduleResult, error
 
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
-	for placed := 0; placed < cfg.Tasks; {
+	placed := 0
+	for placed < cfg.Tasks {
 		placed = 0
 		for _, s := range scheds {
 			placed += int(s.Stats().Placements)
@@ -201,6 +209,7 @@ func RunSchedule(ctx context.Context, cfg ScheduleConfig) (ScheduleResult, error
 		case <-tick.C:
 		}
 	}
+	res.CPUPerPlacementUs = float64(cpuPerOp(processCPU()-cpu0, int64(placed)).Nanoseconds()) / 1e3
 	for _, s := range scheds {
 		st := s.Stats()
 		res.Attempts += st.Attempts

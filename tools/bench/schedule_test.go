@@ -37,6 +37,9 @@ func TestCompetingSchedulersAudit(t *testing.T) {
 			if res.Placed != tasks {
 				t.Errorf("%d of %d tasks placed", res.Placed, tasks)
 			}
+			if res.CPUPerPlacementUs <= 0 {
+				t.Errorf("CPU per placement %v µs: the process's CPU time was not measured", res.CPUPerPlacementUs)
+			}
 			if res.Overcommitted != 0 || res.CounterMismatches != 0 {
 				t.Errorf("%d machines over capacity, %d with counters that disagree with their tasks", res.Overcommitted, res.CounterMismatches)
 			}
