@@ -9,18 +9,16 @@ import "math/rand/v2"
 // must give a machine whose labels, taints, object or schedulability
 // change a new *Machine (MachineView does: published machines are never
 // changed); at most maxCachedClasses classes are kept. And the buffers
-// of a decision (the machine order, rooms and positions), so that a
-// decision about a few tasks in a large cell allocates little. It is
-// not safe for concurrent use: one decision at a time, as with
-// Profile.Rand.
+// of a decision (the machine order, rooms, their bounds and positions),
+// so that a decision about a few tasks in a large cell allocates
+// little. It is not safe for concurrent use: one decision at a time, as
+// with Profile.Rand.
 type Cache struct {
 	classes   map[string]*classVerdicts
 	order     []int
 	rooms     []Room
 	positions []int32
-	// roomWidth is the width of the CPU ranges of the last decision's
-	// roomIndex (0: none yet).
-	roomWidth int64
+	bounds    []Room // of roomBlocks
 }
 
 // NewCache returns an empty cache.
@@ -60,8 +58,14 @@ func (c *Cache) identity(n int) []int {
 	return c.order
 }
 
-// classVerdicts are one class's static verdicts, by machine index.
-type classVerdicts []staticVerdict
+// classVerdicts are one class's static verdicts, by machine index, and
+// whether they pass every machine of the snapshots whose Fixed is
+// cleanOf (0: not known; see staticClean).
+type classVerdicts struct {
+	verdicts []staticVerdict
+	cleanOf  uint64
+	clean    bool
+}
 
 // staticVerdict is the static filters' verdict on machine m: staticPass
 // or the first refusal.
@@ -80,8 +84,8 @@ func (c *Cache) class(class string, n int) *classVerdicts {
 		cv = &classVerdicts{}
 		c.classes[class] = cv
 	}
-	if len(*cv) < n {
-		*cv = append(*cv, make(classVerdicts, n-len(*cv))...)
+	if len(cv.verdicts) < n {
+		cv.verdicts = append(cv.verdicts, make([]staticVerdict, n-len(cv.verdicts))...)
 	}
 	return cv
 }
@@ -96,7 +100,7 @@ var staticPass = &Status{Code: Success}
 // machine stands for its view.
 func (s *scheduling) static(cv *classVerdicts, t *Task, idx int) *Status {
 	m := s.snap.Machines[idx]
-	v := &(*cv)[idx]
+	v := &cv.verdicts[idx]
 	if v.m == m {
 		s.staticHits++
 		return v.status

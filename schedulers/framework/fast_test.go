@@ -91,6 +91,7 @@ func randomCell(seed uint64) (*framework.Snapshot, []*framework.Task) {
 func fast(snap *framework.Snapshot) *framework.Snapshot {
 	f := *snap
 	f.Machines, f.Rooms = nil, nil
+	f.Fixed = 1 // every snapshot of a test's decisions has the same machines
 	for _, m := range snap.Machines {
 		c := *m
 		c.Flatten()
@@ -189,9 +190,10 @@ func clean(snap *framework.Snapshot, tasks []*framework.Task) {
 // flattened machines and tasks (Machine.Flatten, NewTask), skipping
 // machines with nothing to evict (Preemptible), resuming preemption's
 // search, keeping assuming scorers, caching static verdicts across
-// decisions, failing tasks that fit nowhere by rooms without a search
-// (roomIndex) and explaining it without visiting the machines in a
-// clean cell (staticClean), and reusing the last task's keys change
+// decisions, passing over runs of machines without room in one step
+// (roomBlocks) and explaining it without visiting the machines in a
+// clean cell (staticClean, from the first decision on the second:
+// Snapshot.Fixed), and reusing the last task's keys change
 // nothing in the plans, failure reasons and their counts included: the
 // built-in profiles decide two jobs in a row on random cells, and on
 // clean ones, as they do without any of it.

@@ -45,13 +45,26 @@ func (s *scheduling) preempt(class, key string, t *Task) (int, []*Running) {
 		found   []int
 		victims [][]*Running
 	)
+	// Machines with nothing to evict, or (with a FitFilter) where
+	// evicting all t may would leave too little room, are passed over
+	// by what they can evict (Snapshot.Preemptible, nil: unknown; it may
+	// count tasks this plan evicted already: their room is in the
+	// machine's now). Most machines of a full cell are.
+	rooms := s.roomsFor()
+	cpu, memory := t.Requests[CPU], t.Requests[Memory]
 	look := func(at int) {
-		if v := s.victims(cv, t, s.order[at], evictable); v != nil {
+		idx := s.order[at]
+		if evictable != nil {
+			e := &evictable[idx]
+			if e.Tasks == 0 || rooms != nil && !rooms[idx].plus(e.Requests).Fits(cpu, memory) {
+				return
+			}
+		}
+		if v := s.victims(cv, t, idx); v != nil {
 			found, victims = append(found, at), append(victims, v)
 		}
-		ps.scanned = max(ps.scanned, at+1)
 	}
-	for _, at := range again {
+	for _, at := range again { // all below ps.scanned
 		if len(found) == preemptCandidates {
 			break
 		}
@@ -60,8 +73,8 @@ func (s *scheduling) preempt(class, key string, t *Task) (int, []*Running) {
 	if len(found) == preemptCandidates {
 		ps.scanned = found[len(found)-1] + 1
 	}
-	for at := ps.scanned; at < len(s.order) && len(found) < preemptCandidates; at++ {
-		look(at)
+	for ; ps.scanned < len(s.order) && len(found) < preemptCandidates; ps.scanned++ {
+		look(ps.scanned)
 	}
 	ps.found, ps.touched = found, len(s.touched)
 	best := -1
@@ -101,21 +114,12 @@ func (s *scheduling) position(idx int) int {
 // victims returns the smallest prefix, by priority, of machine idx's
 // preemptible tasks whose eviction lets t pass every filter on it; nil if
 // none does. With a FitFilter, evictions that leave too little room for
-// t's CPU and memory are refused without running the filters, and the
-// machines where all t may evict would not make room are passed over by
-// what they can evict (Snapshot.Preemptible, nil: unknown; it may count
-// tasks this plan evicted already: their room is in the machine's now).
-func (s *scheduling) victims(cv *classVerdicts, t *Task, idx int, evictable []Evictable) []*Running {
+// t's CPU and memory are refused without running the filters.
+func (s *scheduling) victims(cv *classVerdicts, t *Task, idx int) []*Running {
 	if s.snap.Running == nil {
 		return nil
 	}
 	rooms := s.roomsFor()
-	if evictable != nil {
-		e := evictable[idx]
-		if e.Tasks == 0 || rooms != nil && !rooms[idx].plus(e.Requests).Fits(t.Requests[CPU], t.Requests[Memory]) {
-			return nil
-		}
-	}
 	m := s.view(idx)
 	var candidates []*Running
 	for _, r := range s.snap.Running(m.Name) {
@@ -188,7 +192,7 @@ func strip(c, m *Machine, victims []*Running) {
 			c.JobTasks[v.Job]--
 		}
 	}
-	c.Flatten()
+	c.FlattenAllocated(m)
 }
 
 // evict removes victims from machine idx in the plan's overlay. The room
@@ -201,8 +205,8 @@ func (s *scheduling) evict(idx int, victims []*Running) {
 	s.touched = append(s.touched, idx)
 	if s.rooms != nil {
 		s.rooms[idx] = RoomOf(s.assumed[idx])
-		if s.indexed {
-			s.roomIndex.grow(s.rooms[idx])
+		if s.blocksBuilt {
+			s.blocks.grow(s.position(idx), s.rooms[idx])
 		}
 	}
 	for _, v := range victims {

@@ -118,10 +118,10 @@ func Schedule(p Profile, snap *Snapshot, tasks []*Task) *Plan {
 	}
 	plan := &Plan{}
 	var keys taskKeys
-	for _, t := range tasks {
+	for n, t := range tasks {
 		class, fit := keys.of(t)
 		if st, ok := s.failed[fit]; ok {
-			plan.Failures = append(plan.Failures, Failure{Task: t, Status: st})
+			plan.fail(Failure{Task: t, Status: st}, len(tasks)-n)
 			continue
 		}
 		idx, score, st := s.place(class, t)
@@ -131,7 +131,7 @@ func Schedule(p Profile, snap *Snapshot, tasks []*Task) *Plan {
 		}
 		if idx < 0 {
 			s.failed[fit] = st
-			plan.Failures = append(plan.Failures, Failure{Task: t, Status: st})
+			plan.fail(Failure{Task: t, Status: st}, len(tasks)-n)
 			continue
 		}
 		plan.Placements = append(plan.Placements, Placement{Task: t, Machine: s.snap.Machines[idx], Score: score, Victims: victims})
@@ -143,6 +143,15 @@ func Schedule(p Profile, snap *Snapshot, tasks []*Task) *Plan {
 	}
 	plan.Examined, plan.StaticHits = s.examined, s.staticHits
 	return plan
+}
+
+// fail adds f to the plan's failures, with room for rest of them (the
+// tasks left, f's among them) at the first: in a full cell most fail.
+func (p *Plan) fail(f Failure, rest int) {
+	if p.Failures == nil {
+		p.Failures = make([]Failure, 0, rest)
+	}
+	p.Failures = append(p.Failures, f)
 }
 
 type scheduling struct {
@@ -168,10 +177,12 @@ type scheduling struct {
 	// clean are the classes (by verdicts) whose static filters pass
 	// every machine (staticClean), and those that do not.
 	clean map[*classVerdicts]bool
-	// roomIndex, once indexed, tells the tasks that fit nowhere by
-	// rooms (noRoom).
-	roomIndex roomIndex
-	indexed   bool
+	// blocks, once built, bound the rooms by runs of the order
+	// (blocksFor); passedOne counts the machines passed over one by one
+	// until then.
+	blocks      roomBlocks
+	blocksBuilt bool
+	passedOne   int
 	// trial is preemption's machine as it would be without victims.
 	trial *Machine
 
@@ -243,21 +254,34 @@ func (s *scheduling) place(class string, t *Task) (int, int64, *Status) {
 		s.redraw()
 		start = 0
 	}
+	blocks := s.blocksFor(rooms)
 	i := 0
-	if s.noRoom(rooms, cpu, memory) { // every machine would be passed over
-		i, passed = n, n
-	}
 	for ; i < n; i++ {
 		if s.p.Redraw { // draw position i's machine among those not examined yet
 			j := i + s.p.Rand.IntN(n-i)
 			s.order[i], s.order[j] = s.order[j], s.order[i]
 		}
-		idx := s.order[(start+i)%n]
+		at := (start + i) % n
+		if blocks != nil {
+			if k := blocks.pass(at, n-i, cpu, memory); k > 0 { // a run of machines without room
+				if passed == 0 {
+					firstPassed = i
+				}
+				passed += k
+				i += k - 1
+				continue
+			}
+		}
+		idx := s.order[at]
 		if rooms != nil && !rooms[idx].Fits(cpu, memory) {
 			if passed == 0 {
 				firstPassed = i
 			}
 			passed++
+			if blocks == nil {
+				s.passedOne++
+				blocks = s.blocksFor(rooms)
+			}
 			continue
 		}
 		m := s.view(idx)
@@ -297,19 +321,23 @@ func (s *scheduling) redraw() {
 	clear(s.preemptions)
 }
 
-// noRoom reports whether no machine has room for cpu and memory, by
-// the roomIndex of rooms (non-nil: see roomsFor), built at the first
-// question of the decision. Not with Redraw: its search draws from Rand
-// as it goes, and a decision must draw the same either way.
-func (s *scheduling) noRoom(rooms []Room, cpu, memory int64) bool {
-	if rooms == nil || s.p.Redraw {
-		return false
+// blocksFor returns the roomBlocks of rooms (non-nil: see roomsFor),
+// built once the decision's searches have passed over as many machines
+// one by one as a quarter of the cell has (building them visits every
+// machine once, which a decision whose searches find room near where
+// they start does not repay); nil until then, without rooms, or with
+// Redraw, whose order changes with every search.
+func (s *scheduling) blocksFor(rooms []Room) *roomBlocks {
+	if s.blocksBuilt {
+		return &s.blocks
 	}
-	if !s.indexed {
-		s.roomIndex.build(rooms, s.cache.roomWidth)
-		s.cache.roomWidth, s.indexed = s.roomIndex.width(), true
+	if rooms == nil || s.p.Redraw || 4*s.passedOne < len(s.order) {
+		return nil
 	}
-	return s.roomIndex.none(cpu, memory)
+	s.blocks.bounds = s.cache.bounds
+	s.blocks.build(rooms, s.order)
+	s.cache.bounds, s.blocksBuilt = s.blocks.bounds, true
+	return &s.blocks
 }
 
 // roomsFor returns the machines' rooms as the plan has left them, when
@@ -369,9 +397,14 @@ func (s *scheduling) passedOver(refused *refusals, cv *classVerdicts, t *Task, s
 
 // staticClean reports whether the static filters pass every machine of
 // the snapshot for the tasks of class verdicts cv (t one of them),
-// worked out once per decision and class: the machines in index order,
-// which is cheaper than in the search's shuffled order.
+// worked out once per decision and class (the machines in index order,
+// which is cheaper than in the search's shuffled order), and once per
+// class for the snapshots of one Snapshot.Fixed.
 func (s *scheduling) staticClean(cv *classVerdicts, t *Task) bool {
+	fixed := s.snap.Fixed
+	if fixed != 0 && cv.cleanOf == fixed {
+		return cv.clean
+	}
 	clean, ok := s.clean[cv]
 	if ok {
 		return clean
@@ -387,6 +420,9 @@ func (s *scheduling) staticClean(cv *classVerdicts, t *Task) bool {
 		s.clean = map[*classVerdicts]bool{}
 	}
 	s.clean[cv] = clean
+	if fixed != 0 {
+		cv.cleanOf, cv.clean = fixed, clean
+	}
 	return clean
 }
 
@@ -484,9 +520,9 @@ func (s *scheduling) preScore(class string, t *Task) []WeightedScore {
 		if !cloned {
 			scores, cloned = slices.Clone(scores), true
 		}
-		views := make([]*Machine, len(s.snap.Machines))
-		for j := range views {
-			views[j] = s.view(j)
+		views := slices.Clone(s.snap.Machines) // as the plan has left them (view)
+		for j, a := range s.assumed {
+			views[j] = a
 		}
 		scores[i] = WeightedScore{Plugin: ps.PreScore(t, views), Weight: w.Weight}
 		if _, ok := scores[i].Plugin.(AssumingScore); !ok {

@@ -140,6 +140,19 @@ func (m *Machine) FlattenAs(o *Machine) {
 	m.usage.of = m
 }
 
+// FlattenAllocated flattens m, whose Capacity is o's (a copy of o with
+// other counters), by taking o's capacity if o is flattened: only m's
+// Allocated is read.
+func (m *Machine) FlattenAllocated(o *Machine) {
+	if o.usage.of != o {
+		m.Flatten()
+		return
+	}
+	m.usage = o.usage
+	m.usage.CPUAllocated, m.usage.MemoryAllocated = m.Allocated[CPU], m.Allocated[Memory]
+	m.usage.of = m
+}
+
 // allocate adds t's requests to m's Allocated (a map of m's own),
 // keeping its Usage.
 func (m *Machine) allocate(t *Task) {
@@ -301,6 +314,15 @@ type Snapshot struct {
 	// little room, without calling Running. Schedule reads what it
 	// returns only until it returns.
 	Preemptible func(below int32) []Evictable
+	// Fixed, if not 0, numbers the machines and what of them Static
+	// filters read (labels, taints, objects, schedulability): one
+	// builder's snapshots with the same Fixed have the same machines
+	// with the same such attributes, whatever their counters, so a
+	// profile's Cache keeps what the static verdicts over every machine
+	// come to from one decision to the next (MachineView numbers its
+	// snapshots by the machine objects it has been given). A Cache must
+	// then serve the snapshots of one builder only. 0: not known.
+	Fixed uint64
 	// Running returns the tasks bound to a machine. Preemption calls it,
 	// only for tasks that fit nowhere, so a scheduler answers it from its
 	// cache on demand; nil means no machine runs anything.

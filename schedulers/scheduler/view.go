@@ -32,6 +32,14 @@ type MachineView struct {
 	// generation counts the counter updates (updateCounters), so that
 	// one copies each machine's maps once.
 	generation uint64
+	// changed are the positions in machines written since the log last
+	// started again (its epoch), in turn, so that a Refill refreshes
+	// only those; it starts again when it outgrows the machines.
+	changed []int
+	epoch   uint64
+	// fixed counts the machine objects set or deleted
+	// (framework.Snapshot.Fixed).
+	fixed uint64
 }
 
 // viewEntry is what the view knows of machine name: its object (nil
@@ -43,6 +51,14 @@ type viewEntry struct {
 	alloc    map[string]int64
 	versions map[string]uint64
 	copied   uint64 // the update (MachineView.generation) that last copied alloc and versions
+	// base is the machine as published but for its counters, from obj
+	// (flattened without them), and free the free-room buckets of its
+	// capacity's resources, in the order of resources; counted are the
+	// buckets the published machine counts in (see count).
+	base      framework.Machine
+	resources []string
+	free      []*[65]int
+	counted   []*int
 }
 
 // NewMachineView returns an empty view.
@@ -63,8 +79,23 @@ func (v *MachineView) entry(name string) *viewEntry {
 func (v *MachineView) SetMachine(m *troupev1.Machine) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	v.fixed++
 	e := v.entry(m.GetMetadata().GetName())
 	e.obj = m
+	e.base = framework.Machine{
+		Name: e.name, Object: m, Labels: m.GetMetadata().GetLabels(), Taints: m.GetSpec().GetTaints(), Capacity: m.GetSpec().GetCapacity(),
+		Unschedulable: m.GetSpec().GetUnschedulable() || m.GetStatus().GetPhase() == troupev1.MachinePhase_MACHINE_PHASE_LOST,
+	}
+	e.base.Flatten()
+	e.resources, e.free = e.resources[:0], e.free[:0]
+	for r := range e.base.Capacity {
+		b := v.free[r]
+		if b == nil {
+			b = &[65]int{}
+			v.free[r] = b
+		}
+		e.resources, e.free = append(e.resources, r), append(e.free, b)
+	}
 	v.publish(e)
 }
 
@@ -74,6 +105,7 @@ func (v *MachineView) DeleteMachine(name string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if e, ok := v.entries[name]; ok {
+		v.fixed++
 		e.obj = nil
 		v.publish(e)
 	}
@@ -140,13 +172,18 @@ func (v *MachineView) updateCounters(cs []CounterValue, change func(e *viewEntry
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.generation++
-	var changed []*viewEntry
+	var (
+		changed []*viewEntry
+		e       *viewEntry
+	)
 	for _, c := range cs {
 		machine, resource, ok := allocOf(c.Key)
 		if !ok {
 			continue
 		}
-		e := v.entry(machine)
+		if e == nil || e.name != machine { // a machine's counters come together
+			e = v.entry(machine)
+		}
 		if e.copied != v.generation {
 			e.alloc, e.versions, e.copied = maps.Clone(e.alloc), maps.Clone(e.versions), v.generation
 			changed = append(changed, e)
@@ -167,48 +204,60 @@ func allocOf(key string) (machine, resource string, ok bool) {
 // publish rebuilds the decision view of machine e.name from e.
 func (v *MachineView) publish(e *viewEntry) {
 	i, listed := e.at, e.at >= 0
+	if listed {
+		v.uncount(e)
+	}
 	if e.obj == nil {
 		if listed { // swap-remove
-			v.count(v.machines[i], -1)
 			last := len(v.machines) - 1
 			v.machines[i], v.rooms[i] = v.machines[last], v.rooms[last]
 			v.entries[v.machines[i].Name].at = i
 			v.machines, v.rooms = v.machines[:last], v.rooms[:last]
 			e.at = -1
+			v.wrote(i)
 		}
 		return
 	}
-	m := e.obj
-	fm := &framework.Machine{
-		Name: e.name, Object: m, Labels: m.GetMetadata().GetLabels(), Taints: m.GetSpec().GetTaints(),
-		Capacity: m.GetSpec().GetCapacity(), Allocated: e.alloc, AllocVersions: e.versions,
-		Unschedulable: m.GetSpec().GetUnschedulable() || m.GetStatus().GetPhase() == troupev1.MachinePhase_MACHINE_PHASE_LOST,
+	fm := new(framework.Machine)
+	*fm = e.base
+	fm.Allocated, fm.AllocVersions = e.alloc, e.versions
+	fm.FlattenAllocated(&e.base)
+	if !listed {
+		i, e.at = len(v.machines), len(v.machines)
+		v.machines, v.rooms = append(v.machines, nil), append(v.rooms, framework.Room{})
 	}
-	fm.Flatten()
-	if listed {
-		v.count(v.machines[i], -1)
-		v.machines[i], v.rooms[i] = fm, framework.RoomOf(fm)
-		v.count(fm, 1)
-		return
-	}
-	e.at = len(v.machines)
-	v.machines, v.rooms = append(v.machines, fm), append(v.rooms, framework.RoomOf(fm))
-	v.count(fm, 1)
+	v.machines[i], v.rooms[i] = fm, framework.RoomOf(fm)
+	v.count(e, fm)
+	v.wrote(i)
 }
 
-// count adds delta to the free-room buckets of m's resources.
-func (v *MachineView) count(m *framework.Machine, delta int) {
+// wrote logs that position i of machines was written (changed).
+func (v *MachineView) wrote(i int) {
+	if len(v.changed) > 2*len(v.machines)+64 { // a Refill would rather copy them all
+		v.changed, v.epoch = v.changed[:0], v.epoch+1
+	}
+	v.changed = append(v.changed, i)
+}
+
+// count adds m, e's machine as published, to the free-room buckets of
+// its resources, and records where in counted.
+func (v *MachineView) count(e *viewEntry, m *framework.Machine) {
 	if m.Unschedulable {
 		return
 	}
-	for r := range m.Capacity {
-		b := v.free[r]
-		if b == nil {
-			b = &[65]int{}
-			v.free[r] = b
-		}
-		b[bits.Len64(uint64(max(m.Free(r), 0)))] += delta
+	for k, r := range e.resources {
+		n := &e.free[k][bits.Len64(uint64(max(m.Free(r), 0)))]
+		*n++
+		e.counted = append(e.counted, n)
 	}
+}
+
+// uncount takes e's published machine out of the free-room buckets.
+func (v *MachineView) uncount(e *viewEntry) {
+	for _, n := range e.counted {
+		*n--
+	}
+	e.counted = e.counted[:0]
 }
 
 // maxFree bounds what any schedulable machine has free, by resource.
@@ -259,53 +308,96 @@ func (v *MachineView) at(name string) (int, bool) {
 // machines that have some, their rooms, and the most any of them has
 // free.
 func (v *MachineView) Snapshot(jobTasks map[string]int, job string) *framework.Snapshot {
-	snap := &framework.Snapshot{}
-	v.Refill(snap, jobTasks, job)
-	return snap
+	var r Refilled
+	v.Refill(&r, jobTasks, job)
+	return &r.Snapshot
 }
 
-// Refill makes snap what Snapshot returns, reusing its Machines and
-// Rooms (its other fields are left alone): for a caller done with the
-// decision snap served, so that deciding often in a large cell
-// allocates little. Machines is refreshed, not copied: only the
-// machines changed since (published again, or copied for the job) are
-// written, which in a large cell is a few of thousands per decision.
-// The copies for the job are made in one allocation, and those with the
-// same count of the job's tasks share their JobTasks (a snapshot's
-// machines are read, never changed).
-func (v *MachineView) Refill(snap *framework.Snapshot, jobTasks map[string]int, job string) {
-	type on struct{ at, tasks int }
+// Refilled is a snapshot that Refill makes again for one decision after
+// another, and what it holds of the view: for a caller done with the
+// decision the snapshot served, so that deciding often in a large cell
+// allocates little and copies little. The zero value is ready (an empty
+// snapshot); Refill sets its Machines, Rooms, MaxFree and Fixed and
+// leaves its other fields alone.
+type Refilled struct {
+	framework.Snapshot
+	// epoch and seen are where in the view's log of changed positions
+	// Machines and Rooms stand, and copied are the positions of the
+	// last job's copies of machines.
+	epoch  uint64
+	seen   int
+	copied []int
+}
+
+// Refill makes r's snapshot what Snapshot returns. Machines and Rooms
+// are refreshed, not copied: only the positions written since the last
+// Refill of r (machines published again, or copied for the job) are,
+// which in a large cell is a few of thousands per decision. The copies
+// for the job are made in one allocation, and those with the same count
+// of the job's tasks share their JobTasks (a snapshot's machines are
+// read, never changed).
+func (v *MachineView) Refill(r *Refilled, jobTasks map[string]int, job string) {
 	v.mu.Lock()
-	out := snap.Machines
-	if len(out) == len(v.machines) {
-		for i, m := range v.machines {
-			if out[i] != m {
-				out[i] = m
+	on := make([]MachineTasks, 0, len(jobTasks))
+	for name, n := range jobTasks {
+		if i, ok := v.at(name); ok {
+			on = append(on, MachineTasks{At: i, Tasks: n})
+		}
+	}
+	v.refresh(r)
+	v.mu.Unlock()
+	r.copyFor(on, job)
+}
+
+// MachineTasks is how many of a job's tasks the machine at At (its
+// Index) runs.
+type MachineTasks struct{ At, Tasks int }
+
+// RefillAt is Refill with the job's tasks given by machine position:
+// for a caller that keeps them so (a job's tasks may be on thousands of
+// machines, and be decided about every second), whose view's machines
+// are never deleted (a deletion moves the last machine).
+func (v *MachineView) RefillAt(r *Refilled, on []MachineTasks, job string) {
+	v.mu.Lock()
+	v.refresh(r)
+	v.mu.Unlock()
+	r.copyFor(on, job)
+}
+
+// refresh makes r's Machines, Rooms, MaxFree and Fixed the view's.
+func (v *MachineView) refresh(r *Refilled) {
+	out, rooms := r.Machines, r.Rooms
+	if r.epoch == v.epoch && r.seen <= len(v.changed) && len(out) == len(v.machines) {
+		for _, at := range r.copied {
+			out[at] = v.machines[at]
+		}
+		for _, at := range v.changed[r.seen:] {
+			if at < len(out) { // not a position since removed
+				out[at], rooms[at] = v.machines[at], v.rooms[at]
 			}
 		}
 	} else {
-		out = append(out[:0], v.machines...)
+		out, rooms = append(out[:0], v.machines...), append(rooms[:0], v.rooms...)
 	}
-	rooms := append(snap.Rooms[:0], v.rooms...)
-	maxFree := v.maxFree()
-	ons := make([]on, 0, len(jobTasks))
-	for name, n := range jobTasks {
-		if i, ok := v.at(name); ok {
-			ons = append(ons, on{i, n})
-		}
-	}
-	v.mu.Unlock()
-	copies := make([]framework.Machine, len(ons))
+	r.Machines, r.Rooms, r.MaxFree, r.Fixed = out, rooms, v.maxFree(), v.fixed
+	r.epoch, r.seen = v.epoch, len(v.changed)
+}
+
+// copyFor puts copies of the machines of on, with the job's tasks, in
+// r's Machines.
+func (r *Refilled) copyFor(on []MachineTasks, job string) {
+	copies := make([]framework.Machine, len(on))
 	counts := map[int]map[string]int{}
-	for k, o := range ons {
+	r.copied = r.copied[:0]
+	for k, o := range on {
 		c := &copies[k]
-		*c = *out[o.at]
-		if c.JobTasks = counts[o.tasks]; c.JobTasks == nil {
-			c.JobTasks = map[string]int{job: o.tasks}
-			counts[o.tasks] = c.JobTasks
+		*c = *r.Machines[o.At]
+		if c.JobTasks = counts[o.Tasks]; c.JobTasks == nil {
+			c.JobTasks = map[string]int{job: o.Tasks}
+			counts[o.Tasks] = c.JobTasks
 		}
-		c.FlattenAs(out[o.at])
-		out[o.at] = c
+		c.FlattenAs(r.Machines[o.At])
+		r.Machines[o.At] = c
+		r.copied = append(r.copied, o.At)
 	}
-	snap.Machines, snap.Rooms, snap.MaxFree = out, rooms, maxFree
 }

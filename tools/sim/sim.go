@@ -126,7 +126,7 @@ type Simulator struct {
 	view         *scheduler.MachineView
 	// snap is the snapshot of the decision being made, refilled for the
 	// next (decisions are made one at a time).
-	snap   framework.Snapshot
+	snap   scheduler.Refilled
 	scheds []*simScheduler
 	// encoder does, in turn, work whose result depends only on what it
 	// is given, while the simulation goes on: the encoding of the writes
@@ -161,8 +161,10 @@ type Simulator struct {
 	// ending are the task runs to end at each instant, by job
 	// (endAt).
 	ending map[endKey][]endRef
-	// counters is observe's buffer of a change set's counters.
+	// counters is observe's buffer of a change set's counters, pending
+	// decide's of the job's tasks to place.
 	counters []scheduler.CounterValue
+	pending  []*framework.Task
 	stats    *Stats
 	err      error
 }
@@ -175,11 +177,14 @@ type jobState struct {
 	// ftasks are the tasks as decisions take them (nil: to be made);
 	// unbound are the indexes of the pending tasks, ascending, and
 	// shapes their distinct requests (nil: to be worked out); on counts
-	// the tasks bound per machine.
+	// the tasks bound per machine, onAt the same by the machines'
+	// positions in the view (nil: to be worked out; dropped when the job
+	// is no longer decided about).
 	ftasks  []*framework.Task
 	unbound []int32
 	shapes  []framework.Room
 	on      map[string]int
+	onAt    []scheduler.MachineTasks
 	// runs counts each task's placements, so that the end of a run that
 	// was preempted is told apart from the end of the current one; slots
 	// are where each bound task is in its machine's tasks.
@@ -527,7 +532,10 @@ func (s *Simulator) decide(sc *simScheduler) {
 	js := sc.queue[0]
 	sc.queue = sc.queue[1:]
 	js.queued = false
-	pending := js.pending()
+	// A buffer of the simulator's: the decision is made, and done
+	// with the slice, before the next begins.
+	s.pending = js.appendPending(s.pending[:0])
+	pending := s.pending
 	if s.cfg.Policy.Begin(&js.policy, len(pending), true) != scheduler.Decide {
 		s.decide(sc)
 		return
@@ -537,7 +545,13 @@ func (s *Simulator) decide(sc *simScheduler) {
 		s.stats.waited(sc.index, s.now-js.job.Submit)
 	}
 	sc.busy = true
-	s.view.Refill(&s.snap, js.on, js.key)
+	if js.onAt == nil {
+		js.onAt = make([]scheduler.MachineTasks, 0, len(js.on))
+		for name, n := range js.on {
+			js.onAt = append(js.onAt, scheduler.MachineTasks{At: s.byName[name].index, Tasks: n})
+		}
+	}
+	s.view.RefillAt(&s.snap, js.onAt, js.key)
 	took := sc.cfg.Decision.For(len(pending))
 	start := s.now
 	enc := s.encodeBindings(sc.cfg.Name, epoch.Add(start+took))
@@ -545,7 +559,7 @@ func (s *Simulator) decide(sc *simScheduler) {
 	if enc != nil {
 		p.Placed = enc.add
 	}
-	plan := framework.Schedule(p, &s.snap, pending)
+	plan := framework.Schedule(p, &s.snap.Snapshot, pending)
 	enc.flush()
 	s.at(s.now+took, func() { s.finishDecision(sc, js, enc.wait(plan), start) })
 }
@@ -577,8 +591,9 @@ func (s *Simulator) finishDecision(sc *simScheduler, js *jobState, plan *framewo
 	switch a.Step {
 	case scheduler.Done:
 		js.done = len(js.unbound) == 0 // unless it preempted tasks of its own
+		js.onAt = nil
 	case scheduler.Abandon:
-		js.done = true
+		js.done, js.onAt = true, nil
 		s.stats.abandoned(sc.index)
 	case scheduler.Retry:
 		// Decided again at once, ahead of the queue, on the view the
@@ -716,9 +731,11 @@ func (js *jobState) set(i int32, t *troupev1.Task) {
 		if js.on[m]--; js.on[m] == 0 {
 			delete(js.on, m)
 		}
+		js.onAt = nil
 	}
 	if m := t.GetBinding().GetMachine(); m != "" {
 		js.on[m]++
+		js.onAt = nil
 	}
 	at, listed := slices.BinarySearch(js.unbound, i)
 	switch pending := clientlib.Pending(t); {
@@ -754,9 +771,13 @@ func (js *jobState) waitingFor() scheduler.Waiting {
 
 // pending returns the job's unbound tasks, for scheduling.
 func (js *jobState) pending() []*framework.Task {
-	out := make([]*framework.Task, len(js.unbound))
-	for n, i := range js.unbound {
-		out[n] = js.ftask(i)
+	return js.appendPending(make([]*framework.Task, 0, len(js.unbound)))
+}
+
+// appendPending appends the job's unbound tasks to out.
+func (js *jobState) appendPending(out []*framework.Task) []*framework.Task {
+	for _, i := range js.unbound {
+		out = append(out, js.ftask(i))
 	}
 	return out
 }
