@@ -48,9 +48,10 @@ func NewCellCache(c Reader, logger *zap.Logger) *CellCache {
 		Decode: clientlib.DecodeCounter, Logger: logger,
 	})
 	cc.machines.AddHandler(cache.Handler[*troupev1.Machine]{
-		OnAdd:    func(_ string, m *troupev1.Machine) { cc.view.SetMachine(m) },
-		OnUpdate: func(_ string, _, m *troupev1.Machine) { cc.view.SetMachine(m) },
-		OnDelete: func(_ string, m *troupev1.Machine) { cc.view.DeleteMachine(m.GetMetadata().GetName()) },
+		OnAdd:            func(_ string, m *troupev1.Machine) { cc.view.SetMachine(m) },
+		OnUpdate:         func(_ string, _, m *troupev1.Machine) { cc.view.SetMachine(m) },
+		UpdateIgnoresOld: true,
+		OnDelete:         func(_ string, m *troupev1.Machine) { cc.view.DeleteMachine(m.GetMetadata().GetName()) },
 	})
 	cc.counters.AddHandler(cache.Handler[*troupev1.Counter]{
 		OnAdd: func(key string, c *troupev1.Counter) {
@@ -91,6 +92,9 @@ func newInformer[T clientlib.Object](c Reader, k clientlib.Kind[T], indexes map[
 		Prefix: k.Prefix, List: c.List, Watch: c.WatchStream, IsCompacted: clientlib.IsCompacted,
 		Decode: func(key string, value []byte, version uint64) (T, error) {
 			return clientlib.DecodeAt(k, key, value, version)
+		},
+		Reread: func(_ string, value []byte, version uint64) (T, error) {
+			return clientlib.Decode(k, value, version)
 		},
 		Indexes: indexes, Logger: log,
 	})

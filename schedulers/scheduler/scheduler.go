@@ -175,16 +175,18 @@ func New(c clientlib.Store, cfg Config) (*Scheduler, error) {
 	// What the shared caches skip as unreadable they log once; each
 	// instance records it, as separate processes would.
 	cc.tasks.AddHandler(cache.Handler[*troupev1.Task]{
-		OnAdd:        func(key string, t *troupev1.Task) { s.taskChanged(key, t, true) },
-		OnUpdate:     func(key string, _, t *troupev1.Task) { s.taskChanged(key, t, false) },
-		OnDelete:     func(_ string, t *troupev1.Task) { s.taskDeleted(t) },
-		OnUnreadable: cfg.Events.RecordUnreadable,
+		OnAdd:            func(key string, t *troupev1.Task) { s.taskChanged(key, t, true) },
+		OnUpdate:         func(key string, _, t *troupev1.Task) { s.taskChanged(key, t, false) },
+		UpdateIgnoresOld: true,
+		OnDelete:         func(_ string, t *troupev1.Task) { s.taskDeleted(t) },
+		OnUnreadable:     cfg.Events.RecordUnreadable,
 	})
 	machineChanged := func(m *troupev1.Machine) { s.roomChanged(m.GetMetadata().GetName()) }
 	cc.machines.AddHandler(cache.Handler[*troupev1.Machine]{
-		OnAdd:        func(_ string, m *troupev1.Machine) { machineChanged(m) },
-		OnUpdate:     func(_ string, _, m *troupev1.Machine) { machineChanged(m) },
-		OnUnreadable: cfg.Events.RecordUnreadable,
+		OnAdd:            func(_ string, m *troupev1.Machine) { machineChanged(m) },
+		OnUpdate:         func(_ string, _, m *troupev1.Machine) { machineChanged(m) },
+		UpdateIgnoresOld: true,
+		OnUnreadable:     cfg.Events.RecordUnreadable,
 	})
 	released := func(key string) {
 		if machine, _, ok := allocOf(key); ok {
