@@ -79,21 +79,46 @@ func (g *Group) RequireRead(key string) *Group {
 	return g.Require(key, v)
 }
 
+// An operation's three messages (the Op, its oneof case and the
+// operation) are made in one allocation: a scheduler's commit adds
+// thousands of operations.
+
 // Put writes value at key.
 func (g *Group) Put(key string, value []byte) *Group {
-	g.g.Ops = append(g.g.Ops, &storev1.Op{Op: &storev1.Op_Put{Put: &storev1.Put{Key: key, Value: value}}})
+	o := &struct {
+		op  storev1.Op
+		is  storev1.Op_Put
+		put storev1.Put
+	}{}
+	o.put.Key, o.put.Value = key, value
+	o.is.Put, o.op.Op = &o.put, &o.is
+	g.g.Ops = append(g.g.Ops, &o.op)
 	return g
 }
 
 // Delete deletes key.
 func (g *Group) Delete(key string) *Group {
-	g.g.Ops = append(g.g.Ops, &storev1.Op{Op: &storev1.Op_Delete{Delete: &storev1.Delete{Key: key}}})
+	o := &struct {
+		op  storev1.Op
+		is  storev1.Op_Delete
+		del storev1.Delete
+	}{}
+	o.del.Key = key
+	o.is.Delete, o.op.Op = &o.del, &o.is
+	g.g.Ops = append(g.g.Ops, &o.op)
 	return g
 }
 
 // Add changes the counter at key by delta if the result stays in [min, max].
 func (g *Group) Add(key string, delta, min, max int64) *Group {
-	g.g.Ops = append(g.g.Ops, &storev1.Op{Op: &storev1.Op_Add{Add: &storev1.Add{Key: key, Delta: delta, Min: min, Max: max}}})
+	o := &struct {
+		op  storev1.Op
+		is  storev1.Op_Add
+		add storev1.Add
+	}{}
+	o.add.Key, o.add.Delta, o.add.Min, o.add.Max = key, delta, min, max
+	o.is.Add, o.op.Op = &o.add, &o.is
+	g.g.Ops = append(g.g.Ops, &o.op)
 	return g
 }
 

@@ -67,8 +67,15 @@ func (c *checker) check(ok bool, field, rule, format string, args ...any) {
 //	labelName     ^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$
 //	userName      ^[a-z_][-a-z0-9_]*\$?$  (a portable host user name, Debian's useradd default)
 func isDNSLabel(s string) bool {
-	return s != "" && isLowerAlnum(s[0]) && isLowerAlnum(s[len(s)-1]) &&
-		strings.IndexFunc(s, func(r rune) bool { return r != '-' && (r >= 0x80 || !isLowerAlnum(byte(r))) }) < 0
+	if s == "" || !isLowerAlnum(s[0]) || !isLowerAlnum(s[len(s)-1]) {
+		return false
+	}
+	for i := 1; i < len(s)-1; i++ { // by byte: no byte of a multi-byte rune is allowed
+		if b := s[i]; b != '-' && !isLowerAlnum(b) {
+			return false
+		}
+	}
+	return true
 }
 
 func isDNSSubdomain(s string) bool {
@@ -85,14 +92,28 @@ func isDNSSubdomain(s string) bool {
 }
 
 func isLabelName(s string) bool {
-	return s != "" && isAlnum(s[0]) && isAlnum(s[len(s)-1]) &&
-		strings.IndexFunc(s, func(r rune) bool { return r != '-' && r != '_' && r != '.' && (r >= 0x80 || !isAlnum(byte(r))) }) < 0
+	if s == "" || !isAlnum(s[0]) || !isAlnum(s[len(s)-1]) {
+		return false
+	}
+	for i := 1; i < len(s)-1; i++ {
+		if b := s[i]; b != '-' && b != '_' && b != '.' && !isAlnum(b) {
+			return false
+		}
+	}
+	return true
 }
 
 func isUserName(s string) bool {
 	s = strings.TrimSuffix(s, "$")
-	return s != "" && (s[0] == '_' || s[0] >= 'a' && s[0] <= 'z') &&
-		strings.IndexFunc(s, func(r rune) bool { return r != '-' && r != '_' && (r >= 0x80 || !isLowerAlnum(byte(r))) }) < 0
+	if s == "" || (s[0] != '_' && (s[0] < 'a' || s[0] > 'z')) {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if b := s[i]; b != '-' && b != '_' && !isLowerAlnum(b) {
+			return false
+		}
+	}
+	return true
 }
 
 func isLowerAlnum(b byte) bool { return b >= 'a' && b <= 'z' || b >= '0' && b <= '9' }

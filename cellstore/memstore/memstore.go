@@ -117,8 +117,9 @@ func (s *Store) Commit(_ context.Context, req *storev1.CommitRequest) (*storev1.
 		DedupeWindowNanos: int64(s.cfg.DedupeWindow),
 		LogRetention:      s.cfg.Retention,
 	}
-	for i := range req.GetGroups() {
-		p.GroupIndexes = append(p.GroupIndexes, uint32(i))
+	p.GroupIndexes = make([]uint32, len(req.GetGroups()))
+	for i := range p.GroupIndexes {
+		p.GroupIndexes[i] = uint32(i)
 	}
 	res, err := engine.Apply(s.st, p)
 	if err != nil {
