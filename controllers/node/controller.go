@@ -89,8 +89,13 @@ func (ctl *Controller) Run(ctx context.Context) error {
 	}
 }
 
-// Check compares every machine's lease with the clock once.
+// Check compares every machine's lease with the clock once. Before Run
+// has filled the caches it does nothing: a lease not read yet would pass
+// for a missing one, and its machine for lost.
 func (ctl *Controller) Check(ctx context.Context) {
+	if !ctl.machines.HasSynced() || !ctl.leases.HasSynced() || !ctl.tasks.HasSynced() {
+		return
+	}
 	ctl.checking.Lock()
 	defer ctl.checking.Unlock()
 	now := ctl.cfg.Now()
