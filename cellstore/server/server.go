@@ -81,7 +81,8 @@ type Config struct {
 	FrozenRetry time.Duration
 	// PrepareDelay, for fault tests only, holds every cross-shard
 	// transaction this node drives after its prepares, before its
-	// resolution and reply, so that a test can kill the node there.
+	// resolution and reply, so that a test can kill the node there
+	// (one every participant refused holds nothing and is not held).
 	PrepareDelay time.Duration
 	Authorizer   Authorizer
 	// Now is the clock whose readings go into proposals.

@@ -108,7 +108,7 @@ func (s *Server) commitCrossShard(ctx context.Context, x *crossShard, resp *stor
 	if err := s.fenceFailed(ctx, x.id, x.hash, x.participants, states, errs); err != nil {
 		return false, fmt.Errorf("cross-shard commit: %w", err)
 	}
-	if s.cfg.PrepareDelay > 0 {
+	if s.cfg.PrepareDelay > 0 && holdsIntents(states) {
 		select {
 		case <-time.After(s.cfg.PrepareDelay):
 		case <-ctx.Done():
@@ -133,6 +133,20 @@ func (s *Server) commitCrossShard(ctx context.Context, x *crossShard, resp *stor
 	}
 	fillResults(x, decided, revisions, resp)
 	return duplicate, nil
+}
+
+// holdsIntents reports whether some participant prepared a part of the
+// transaction (a refused part leaves no intent): only then does a fault
+// test's PrepareDelay hold it, since otherwise there is nothing for the
+// survivors to settle and the refusal may as well be told at once.
+func holdsIntents(states []*storev1.Outcome) bool {
+	for _, o := range states {
+		if o.GetTxnState() == storev1.TxnState_TXN_STATE_PREPARED &&
+			slices.ContainsFunc(o.GetGroups(), (*storev1.GroupResult).GetCommitted) {
+			return true
+		}
+	}
+	return false
 }
 
 // prepare proposes x's PREPAREs and returns what each participant

@@ -51,6 +51,8 @@ type Initializer interface {
 // A Pinned workload can aim an operation at one node: faults that need a
 // node to carry traffic of some kind use it (KillDriver: cross-shard
 // transactions that the node drives). c.Store reaches that node only.
+// OpAt may try again, as new operations, one refused before it carried
+// the traffic wanted.
 type Pinned interface {
 	OpAt(ctx context.Context, c *Client)
 }
