@@ -144,13 +144,8 @@ func (m *Machine) FlattenAs(o *Machine) {
 // other counters), by taking o's capacity if o is flattened: only m's
 // Allocated is read.
 func (m *Machine) FlattenAllocated(o *Machine) {
-	if o.usage.of != o {
-		m.Flatten()
-		return
-	}
-	m.usage = o.usage
+	m.FlattenAs(o)
 	m.usage.CPUAllocated, m.usage.MemoryAllocated = m.Allocated[CPU], m.Allocated[Memory]
-	m.usage.of = m
 }
 
 // allocate adds t's requests to m's Allocated (a map of m's own),
