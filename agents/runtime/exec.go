@@ -95,7 +95,7 @@ func (e *Exec) Start(_ context.Context, b *troupev1.Binding, user string) (Proce
 			return nil, err
 		}
 	}
-	env := taskEnv{user: u, dir: wd, env: append(os.Environ(), u.env()...)}
+	env := taskEnv{user: u, dir: wd, env: append(taskBaseEnv(), u.env()...)}
 	for k, v := range tmpl.GetEnv() {
 		env.env = append(env.env, k+"="+v)
 	}
@@ -137,6 +137,35 @@ func (e *Exec) Start(_ context.Context, b *troupev1.Binding, user string) (Proce
 		p.finish(exit)
 	}()
 	return p, nil
+}
+
+// agentEnvForTasks names the agent's own variables a task's environment
+// starts from: the search path, the locale and the time zone. Nothing
+// else the agent was started with is the task's: its own settings
+// (GOMAXPROCS, GODEBUG, whatever a service manager or container image
+// set, credentials an operator passed it) would otherwise reach every
+// task of every user. A task that needs a variable names it in its
+// template's env.
+var agentEnvForTasks = []string{"PATH", "LANG", "LC_ALL", "TZ"}
+
+// defaultTaskPath is a task's PATH when the agent has none (a FROM
+// scratch image sets none).
+const defaultTaskPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// taskBaseEnv is the environment every task starts from
+// (agentEnvForTasks), before its user's variables and its own.
+func taskBaseEnv() []string {
+	env := make([]string, 0, len(agentEnvForTasks)+8)
+	for _, k := range agentEnvForTasks {
+		v, ok := os.LookupEnv(k)
+		if !ok && k == "PATH" {
+			v, ok = defaultTaskPath, true
+		}
+		if ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env
 }
 
 // taskEnv is how a task's processes start, its own and its health

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"maps"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -186,4 +187,51 @@ func TestLookupTaskUser(t *testing.T) {
 	if _, err := lookupTaskUser("root", 0); !errors.Is(err, ErrRefused) {
 		t.Fatalf("root agent, task as root: %v, want refused", err)
 	}
+}
+
+// A task's environment is its own: the agent's search path, locale and
+// time zone, its user's USER, LOGNAME and HOME, its template's env and
+// TROUPE_TASK and TROUPE_MACHINE; nothing else of the agent's. Without a
+// PATH of the agent's, the usual system one.
+func TestExecEnvironmentIsTheTasks(t *testing.T) {
+	u, err := user.Lookup(DefaultTaskUser())
+	if err != nil {
+		t.Skipf("no default task user here: %v", err)
+	}
+	t.Setenv("TROUPE_AGENT_SECRET", "not for tasks")
+	t.Setenv("LANG", "C.UTF-8")
+	t.Setenv("TZ", "UTC")
+	rt := &Exec{Dir: runtimetest.Dir(t)}
+	b := shell("env", "env")
+	b.Task.Template.Env = map[string]string{"GREETING": "hello", "TZ": "Europe/Paris"}
+	want := map[string]string{
+		"PATH": os.Getenv("PATH"), "LANG": "C.UTF-8", "TZ": "Europe/Paris", "GREETING": "hello",
+		"USER": u.Username, "LOGNAME": u.Username, "HOME": u.HomeDir,
+		"TROUPE_TASK": "ns/env/0", "TROUPE_MACHINE": "m",
+	}
+	check := func(b *troupev1.Binding, want map[string]string) {
+		t.Helper()
+		exit, out, errOut := runToEnd(t, rt, b, u.Username)
+		if exit.Code != 0 {
+			t.Fatalf("exit %+v, stderr %q", exit, errOut)
+		}
+		got := map[string]string{}
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			k, v, _ := strings.Cut(line, "=")
+			got[k] = v
+		}
+		delete(got, "PWD") // the shell's own
+		if !maps.Equal(got, want) {
+			t.Fatalf("task environment %v, want %v", got, want)
+		}
+	}
+	check(b, want)
+
+	t.Setenv("PATH", "")
+	os.Unsetenv("PATH")
+	want["PATH"] = defaultTaskPath
+	b = shell("env2", "env")
+	want["TROUPE_TASK"], want["TZ"] = "ns/env2/0", "UTC"
+	delete(want, "GREETING")
+	check(b, want)
 }
