@@ -18,10 +18,11 @@ var (
 	descRaftLog  = prometheus.NewDesc("troupe_raft_log_entries", "Raft log entries retained by this replica.", []string{"shard"}, nil)
 	descRevision = prometheus.NewDesc("troupe_store_revision", "Shard revision on this replica.", []string{"shard"}, nil)
 	descChgLog   = prometheus.NewDesc("troupe_store_change_log_revisions", "Revisions kept in the shard's change log.", []string{"shard"}, nil)
+	descSnapRecv = prometheus.NewDesc("troupe_raft_snapshots_recovered_total", "Snapshots this replica loaded since the process started, to catch up with a log the leader no longer had.", []string{"shard"}, nil)
 )
 
 func (c *raftCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descLeader, descHasLead, descTerm, descApplied, descRaftLog, descRevision, descChgLog} {
+	for _, d := range []*prometheus.Desc{descLeader, descHasLead, descTerm, descApplied, descRaftLog, descRevision, descChgLog, descSnapRecv} {
 		ch <- d
 	}
 }
@@ -43,6 +44,7 @@ func (c *raftCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descTerm, float64(ss.GetTerm()), shard)
 		gauge(descApplied, float64(ss.GetAppliedIndex()), shard)
 		gauge(descRevision, float64(ss.GetRevision()), shard)
+		ch <- prometheus.MustNewConstMetric(descSnapRecv, prometheus.CounterValue, float64(ss.GetSnapshotsRecovered()), shard)
 		if ss.GetLogOldestRevision() > 0 {
 			gauge(descChgLog, float64(ss.GetRevision()-ss.GetLogOldestRevision()+1), shard)
 		}

@@ -395,10 +395,13 @@ func (n *Node) Status() *storev1.StatusResponse {
 			ss.LeaderReplicaId, ss.Term, ss.IsLeader = leader, term, leader == n.cfg.NodeID
 		}
 		if m := n.stateMachine(i); m != nil {
-			ss.AppliedIndex, ss.Revision = m.AppliedIndex(), m.Revision()
+			ss.AppliedIndex, ss.Revision, ss.SnapshotsRecovered = m.AppliedIndex(), m.Revision(), m.SnapshotsRecovered()
 			if lr, err := m.ReadLog(0, 0); err == nil {
 				ss.LogOldestRevision = lr.Oldest
 			}
+		}
+		if lr, err := n.nh.GetLogReader(shardID(i)); err == nil {
+			ss.RaftLogFirstIndex, _ = lr.GetRange()
 		}
 		st.Shards = append(st.Shards, ss)
 	}

@@ -125,6 +125,7 @@ func TestNodeHealthMetricsAndShardGuard(t *testing.T) {
 		`troupe_raft_has_leader{shard="1"} 1`,
 		`troupe_raft_log_entries{shard="0"}`,
 		`troupe_store_change_log_revisions{shard=`,
+		`troupe_raft_snapshots_recovered_total{shard="0"} 0`,
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %s", want)

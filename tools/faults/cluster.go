@@ -35,9 +35,13 @@ type ClusterConfig struct {
 	// RTT is the round trip Raft's timing is counted in (--rtt); an
 	// election takes 20 of them.
 	RTT time.Duration
-	// SnapshotEntries is the number of Raft entries between snapshots:
-	// small, so that restarted nodes catch up from snapshots too.
-	SnapshotEntries int
+	// SnapshotEntries is the number of Raft entries between snapshots, and
+	// CompactionOverhead the entries kept before each: both small, so that
+	// a node back from a fault that missed more than a few hundred
+	// entries catches up from a snapshot of the leader's state, not from
+	// its log (LagNode makes sure one does).
+	SnapshotEntries    int
+	CompactionOverhead int
 	// TxnTimeout is how long a cross-shard transaction may stay prepared
 	// before the leaders of its shards resolve it (--txn-timeout; 0: the
 	// store's default).
@@ -47,7 +51,7 @@ type ClusterConfig struct {
 // DefaultClusterConfig returns three nodes and two shards of the binary,
 // with their data in dir.
 func DefaultClusterConfig(binary, dir string) ClusterConfig {
-	return ClusterConfig{Binary: binary, Dir: dir, Nodes: 3, Shards: 2, RTT: 10 * time.Millisecond, SnapshotEntries: 500}
+	return ClusterConfig{Binary: binary, Dir: dir, Nodes: 3, Shards: 2, RTT: 10 * time.Millisecond, SnapshotEntries: 500, CompactionOverhead: 50}
 }
 
 // Validate says precisely what is wrong with c, if anything.
@@ -73,6 +77,9 @@ func (c ClusterConfig) Validate() error {
 	}
 	if c.SnapshotEntries < 1 {
 		add("SnapshotEntries is %d, want at least 1", c.SnapshotEntries)
+	}
+	if c.CompactionOverhead < 0 {
+		add("CompactionOverhead is %d, want at least 0", c.CompactionOverhead)
 	}
 	if c.TxnTimeout < 0 {
 		add("TxnTimeout is %v, want a positive duration (0: the store's default)", c.TxnTimeout)
@@ -151,7 +158,7 @@ func StartCluster(cfg ClusterConfig) (c *Cluster, err error) {
 			"store", "--node-id", fmt.Sprint(i + 1), "--data-dir", dir, "--shards", fmt.Sprint(cfg.Shards),
 			"--raft-addr", raftAddr(i), "--grpc-addr", grpcAddr, "--http-addr", "",
 			"--initial-members", strings.Join(members, ","), "--rtt", cfg.RTT.String(),
-			"--snapshot-entries", fmt.Sprint(cfg.SnapshotEntries), "--logdb-memory", "tiny",
+			"--snapshot-entries", fmt.Sprint(cfg.SnapshotEntries), "--compaction-overhead", fmt.Sprint(cfg.CompactionOverhead), "--logdb-memory", "tiny",
 			"--ca", creds.CA, "--cert", creds.Cert, "--key", creds.Key,
 		}
 		if cfg.TxnTimeout > 0 {

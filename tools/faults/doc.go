@@ -1,6 +1,7 @@
 // Package faults proves the store under faults: it runs store nodes as
 // real `troupe store` processes, breaks them (kill -9, restart, network
-// partitions, lost and delayed Raft traffic) while clients work through
+// partitions, a node left behind until it needs a snapshot, lost and
+// delayed Raft traffic) while clients work through
 // clientlib, records every operation with its call and return time, and
 // checks the history for linearizability with porcupine.
 //

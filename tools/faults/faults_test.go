@@ -193,3 +193,24 @@ func runRound(t *testing.T, cfg RoundConfig, load time.Duration) Report {
 	os.RemoveAll(dir)
 	return rep
 }
+
+// TestLagNodeCatchesUpFromSnapshot cuts a node off until the other nodes
+// have compacted their Raft logs past it, again and again under load:
+// each time it catches up from a snapshot of the leader's state (the
+// heal fails otherwise), and the history stays linearizable.
+func TestLagNodeCatchesUpFromSnapshot(t *testing.T) {
+	requireProcesses(t)
+	cfg := DefaultRoundConfig(*seed, buildTroupe(t), "", *outDir)
+	cfg.Faults = []Fault{LagNode()}
+	cfg.Hold = 500 * time.Millisecond
+	rep := runRound(t, cfg, 10*time.Second)
+	caught := 0
+	for _, f := range rep.Faults {
+		if strings.HasSuffix(f, "compacted past it") {
+			caught++
+		}
+	}
+	if caught == 0 {
+		t.Errorf("no node was cut off long enough to need a snapshot: %s", strings.Join(rep.Faults, "; "))
+	}
+}

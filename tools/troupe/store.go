@@ -147,6 +147,7 @@ or with another cell's credentials, the node says whose it is and exits.`,
 	fs.UintVar(&shards, "shards", 0, "shard count, fixed when the cell is created (default: the data directory's, the joined cell's, or 1)")
 	fs.DurationVar(&cfg.RTT, "rtt", cfg.RTT, "network round trip that Raft timing is counted in")
 	fs.Uint64Var(&cfg.SnapshotEntries, "snapshot-entries", cfg.SnapshotEntries, "Raft entries between snapshots")
+	fs.Uint64Var(&cfg.CompactionOverhead, "compaction-overhead", cfg.CompactionOverhead, "Raft entries kept before each snapshot: a replica further behind catches up from a snapshot instead of the log")
 	fs.StringVar(&cfg.LogDBMemory, "logdb-memory", cfg.LogDBMemory, "Raft log store memory: tiny, small, medium, large")
 	fs.StringVar(&cfg.LogStore, "log-store", cfg.LogStore, "Raft log store of a new data directory: tan or pebble; empty (auto): tan, or the one an existing directory holds")
 	fs.DurationVar(&cfg.Server.DedupeWindow, "dedupe-window", cfg.Server.DedupeWindow, "how long a txn_id's outcome is remembered")

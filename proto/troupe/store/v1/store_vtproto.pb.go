@@ -1546,6 +1546,16 @@ func (m *ShardStatus) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.RaftLogFirstIndex != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.RaftLogFirstIndex))
+		i--
+		dAtA[i] = 0x50
+	}
+	if m.SnapshotsRecovered != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.SnapshotsRecovered))
+		i--
+		dAtA[i] = 0x48
+	}
 	if m.LogOldestRevision != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.LogOldestRevision))
 		i--
@@ -2292,6 +2302,12 @@ func (m *ShardStatus) SizeVT() (n int) {
 	}
 	if m.LogOldestRevision != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.LogOldestRevision))
+	}
+	if m.SnapshotsRecovered != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.SnapshotsRecovered))
+	}
+	if m.RaftLogFirstIndex != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.RaftLogFirstIndex))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -5953,6 +5969,44 @@ func (m *ShardStatus) UnmarshalVT(dAtA []byte) error {
 				b := dAtA[iNdEx]
 				iNdEx++
 				m.LogOldestRevision |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 9:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field SnapshotsRecovered", wireType)
+			}
+			m.SnapshotsRecovered = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.SnapshotsRecovered |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 10:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field RaftLogFirstIndex", wireType)
+			}
+			m.RaftLogFirstIndex = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.RaftLogFirstIndex |= uint64(b&0x7F) << shift
 				if b < 0x80 {
 					break
 				}
