@@ -79,10 +79,19 @@ type Aggregator struct {
 	// alloc are the machines' counters: machine → resource → amount.
 	alloc map[string]map[string]int64
 	// leaseEnds are when the machines' leases run out.
-	leaseEnds  map[string]time.Time
-	jobPhases  map[troupev1.JobPhase]int
+	leaseEnds map[string]time.Time
+	jobPhases map[troupev1.JobPhase]int
+	// jobFacts are what the cell page sorts jobs by, by key: sorting by
+	// them reads no job from the informer, which decodes on every read.
+	jobFacts   map[string]jobFacts
 	taskPhases map[troupev1.TaskPhase]int
 	schedulers map[string]*track
+}
+
+// jobFacts is what the cell page's job list sorts by (jobSorts).
+type jobFacts struct {
+	created         time.Time
+	pending, failed int32
 }
 
 // slot is what the grid knows of a machine: the grid and the cell's
@@ -103,7 +112,7 @@ func NewAggregator(s Reader, cfg Config) (*Aggregator, error) {
 		return nil, err
 	}
 	a := &Aggregator{cfg: cfg, changed: make(chan struct{}), syncedCh: make(chan struct{}), slots: map[string]*slot{}, alloc: map[string]map[string]int64{},
-		leaseEnds: map[string]time.Time{}, jobPhases: map[troupev1.JobPhase]int{}, taskPhases: map[troupev1.TaskPhase]int{},
+		leaseEnds: map[string]time.Time{}, jobPhases: map[troupev1.JobPhase]int{}, jobFacts: map[string]jobFacts{}, taskPhases: map[troupev1.TaskPhase]int{},
 		schedulers: map[string]*track{}}
 	a.machines = follow(s, cfg, clientlib.Machines.Prefix, decodeAs(clientlib.Machines), nil)
 	a.leases = follow(s, cfg, clientlib.Leases.Prefix, decodeAs(clientlib.Leases), nil)
@@ -246,12 +255,14 @@ func (a *Aggregator) handle() {
 			s.leaseEnd = end
 		}
 	})
-	on(a, a.jobs, topicJobs, func(_ string, old, cur *troupev1.Job) {
+	on(a, a.jobs, topicJobs, func(key string, old, cur *troupev1.Job) {
 		if old != nil {
 			a.jobPhases[jobPhase(old)]--
+			delete(a.jobFacts, key)
 		}
 		if cur != nil {
 			a.jobPhases[jobPhase(cur)]++
+			a.jobFacts[key] = jobFacts{created: cur.GetMetadata().GetCreated().AsTime(), pending: cur.GetStatus().GetPending(), failed: cur.GetStatus().GetFailed()}
 		}
 	})
 	on(a, a.says, topicJobs, nil)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -309,6 +310,18 @@ func TestBrowser(t *testing.T) {
 	b.job("late", &troupev1.JobSpec{Count: 1, Tolerations: []*troupev1.Toleration{agent.HollowToleration()},
 		Template: &troupev1.TaskTemplate{Command: "/bin/true", SimDuration: durationpb.New(time.Hour), Requests: map[string]int64{"cpu": 100}}})
 	br.within("a new job", "#job-default-late", changed)
+
+	// A search typed into the form and sent: the list keeps the jobs
+	// whose name contains it, case aside.
+	br.do("a search for TRA", chromedp.SendKeys(chromedp.CSS(`#job-search input[name="find"]`), "TRA"),
+		chromedp.Submit(chromedp.CSS(`#job-search input[name="find"]`)))
+	wait.Until(br.ctx, t, "the jobs found", func() error {
+		rows, err := chromedp.Run(br.ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("#cell-jobs tbody tr")).map(r => r.id)`))
+		if err == nil && !slices.Equal(rows, []string{"job-default-train"}) {
+			err = fmt.Errorf("rows %v, want job-default-train alone", rows)
+		}
+		return err
+	})
 
 	// A machine: its status, lease and tasks; cordoned while the page is
 	// open.

@@ -112,10 +112,17 @@ func (f *fixture) alloc(machine, resource string, delta int64) {
 	}
 }
 
+// job creates job ns/name, made a minute before epoch.
 func (f *fixture) job(ns, name string, count int32, status *troupev1.JobStatus) {
 	f.t.Helper()
+	f.jobAt(ns, name, count, status, epoch.Add(-time.Minute))
+}
+
+// jobAt creates job ns/name, made at created.
+func (f *fixture) jobAt(ns, name string, count int32, status *troupev1.JobStatus, created time.Time) {
+	f.t.Helper()
 	must[*troupev1.Job](f.t)(clientlib.Create(f.ctx, f.s, clientlib.Jobs, &troupev1.Job{
-		Metadata: &troupev1.ObjectMeta{Name: name, Namespace: ns, Created: timestamppb.New(epoch.Add(-time.Minute))},
+		Metadata: &troupev1.ObjectMeta{Name: name, Namespace: ns, Created: timestamppb.New(created)},
 		Spec: &troupev1.JobSpec{Scheduler: "batch", Count: count, Template: &troupev1.TaskTemplate{Command: "/bin/sh", Args: []string{"-c", "echo hi"},
 			Requests: map[string]int64{"cpu": 500}}},
 		Status: status}))

@@ -106,11 +106,35 @@ type page struct {
 	// Live is where the page's stream is.
 	Live string
 	// Grid says the page draws the machine grid.
-	Grid     bool
+	Grid bool
+	// Search is the cell page's job search form, which stays out of the
+	// live sections so that an update never replaces what one types.
+	Search   *jobSearch
 	Found    bool
 	Sections []section
 	topics   []topic
 }
+
+// jobSearch is the cell page's job search form: what the list shows now.
+type jobSearch struct{ Find, Sort, Status string }
+
+// Sorts are the form's choices of order, the current one selected.
+func (j *jobSearch) Sorts() []sortChoice {
+	out := make([]sortChoice, 0, len(jobSortLabels))
+	for _, c := range jobSortLabels {
+		out = append(out, sortChoice{Value: c[0], Label: c[1], On: c[0] == j.Sort})
+	}
+	return out
+}
+
+// sortChoice is an option of the job search form's order.
+type sortChoice struct {
+	Value, Label string
+	On           bool
+}
+
+// jobSortLabels name jobSorts' orders in the form, in the form's order.
+var jobSortLabels = [][2]string{{"", "name"}, {"newest", "newest first"}, {"pending", "most tasks pending"}, {"failed", "most tasks failed"}}
 
 // crumb is a step of the page's path in its header.
 type crumb struct{ Text, URL string }
@@ -149,7 +173,9 @@ func (s *Server) build(path string, q url.Values) (*page, bool, error) {
 	case path == "":
 		p = &page{Title: "Cell", Heading: "The cell", Kind: "cell", Grid: true, Found: true,
 			topics: []topic{topicMachines, topicJobs, topicTasks, topicSchedulers}}
-		view, ids = s.agg.cellView(q), []string{"cell-summary", "cell-schedulers", "cell-jobs"}
+		v := s.agg.cellView(q)
+		p.Search = &jobSearch{Find: v.Find, Sort: v.Sort, Status: v.Status}
+		view, ids = v, []string{"cell-summary", "cell-schedulers", "cell-jobs"}
 	case len(parts) == 3 && parts[0] == "job" && parts[1] != "" && parts[2] != "":
 		v := s.agg.jobView(parts[1], parts[2], q)
 		p = &page{Title: "Job " + parts[1] + "/" + parts[2], Heading: "Job " + parts[1] + "/" + parts[2], Kind: "job", Found: v.Found,

@@ -357,3 +357,60 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// The cell page finds jobs by a part of their namespace/name, case aside,
+// and sorts them newest first or by tasks pending or failed, ties in name
+// order; its status chips and pager keep the search, and the search form
+// stays out of the live sections, so an update never replaces what one
+// types.
+func TestJobSearchAndSort(t *testing.T) {
+	f := newCell(t)
+	f.jobAt("ops", "web-canary", 1, &troupev1.JobStatus{Phase: troupev1.JobPhase_JOB_PHASE_FAILED, Failed: 1}, epoch)
+	f.settle()
+	for _, c := range []struct {
+		path       string
+		jobs       []string // in this order, and no other
+		wants      []string
+		rules      []string // what must not be there
+		noneListed bool
+	}{
+		{path: "/ui/", jobs: []string{"default-big", "default-web", "ops-web-canary"}, wants: []string{`<option value="" selected>name</option>`}},
+		{path: "/ui/?find=WEB", jobs: []string{"default-web", "ops-web-canary"},
+			wants: []string{`name="find" value="WEB"`, `href="?find=WEB&amp;status=PENDING"`, `href="?find=WEB">all<`, `>clear</a>`}},
+		{path: "/ui/?sort=newest", jobs: []string{"ops-web-canary", "default-big", "default-web"}, wants: []string{`<option value="newest" selected>`}},
+		{path: "/ui/?sort=pending", jobs: []string{"default-big", "default-web", "ops-web-canary"}},
+		{path: "/ui/?sort=failed&find=web", jobs: []string{"ops-web-canary", "default-web"},
+			wants: []string{`href="?find=web&amp;sort=failed&amp;status=FAILED"`}},
+		{path: "/ui/?status=failed&find=canary", jobs: []string{"ops-web-canary"}, wants: []string{`<input type="hidden" name="status" value="FAILED">`}},
+		{path: "/ui/?sort=bogus", jobs: []string{"default-big", "default-web", "ops-web-canary"}, rules: []string{`selected>newest`, `>clear</a>`}},
+		{path: "/ui/?find=nothing", noneListed: true, wants: []string{`No jobs whose namespace/name contains “nothing”`}},
+	} {
+		code, body := f.get(c.path)
+		if code != 200 {
+			t.Fatalf("%s: %d", c.path, code)
+		}
+		var at []int
+		for _, j := range c.jobs {
+			at = append(at, strings.Index(body, `id="job-`+j+`"`))
+		}
+		if n := strings.Count(body, `<tr id="job-`); n != len(c.jobs) || slices.Contains(at, -1) || !slices.IsSorted(at) {
+			t.Errorf("%s: %d jobs listed at %v, want %v in that order", c.path, n, at, c.jobs)
+		}
+		if !strings.Contains(body, `</form><section id="cell-jobs"`) || strings.Count(body, `id="job-search"`) != 1 {
+			t.Errorf("%s: the search form is not just before the live jobs section", c.path)
+		}
+		for _, w := range c.wants {
+			if !strings.Contains(body, w) {
+				t.Errorf("%s: no %q", c.path, w)
+			}
+		}
+		for _, r := range c.rules {
+			if strings.Contains(body, r) {
+				t.Errorf("%s: %q", c.path, r)
+			}
+		}
+		if c.noneListed != strings.Contains(body, `class="none">No jobs`) {
+			t.Errorf("%s: says no jobs: %v, want %v", c.path, !c.noneListed, c.noneListed)
+		}
+	}
+}

@@ -80,12 +80,17 @@ type cellView struct {
 	JobParts, TaskParts []part
 	JobsBar, TasksBar   template.HTML
 	Tasks               int
-	// Status filters the jobs by phase ("" for all).
-	Status     string
-	Jobs       []jobRow
-	JobsPager  pager
-	Schedulers []schedulerRow
-	Window     string
+	// Status filters the jobs by phase ("" for all); Find keeps those
+	// whose namespace/name contains it, and Sort orders them (jobSorts).
+	Status, Find, Sort string
+	// AllHref and StatusHrefs (by JobParts' labels) are the status chips'
+	// links, which keep Find and Sort.
+	AllHref     string
+	StatusHrefs map[string]string
+	Jobs        []jobRow
+	JobsPager   pager
+	Schedulers  []schedulerRow
+	Window      string
 }
 
 // jobRow is a job in a list.
@@ -179,6 +184,37 @@ func (a *Aggregator) cellView(q url.Values) cellView {
 	if v.Status == "" {
 		keys = a.jobs.Indexer().Keys()
 	}
+	v.Find = strings.TrimSpace(q.Get("find"))
+	keys = jobsFound(keys, v.Find)
+	if order, ok := jobSorts[q.Get("sort")]; ok && order != nil {
+		v.Sort = q.Get("sort")
+		type fact struct {
+			key string
+			jobFacts
+		}
+		facts := make([]fact, len(keys))
+		a.mu.Lock()
+		for i, k := range keys {
+			facts[i] = fact{k, a.jobFacts[k]}
+		}
+		a.mu.Unlock()
+		slices.SortStableFunc(facts, func(x, y fact) int { return order(x.jobFacts, y.jobFacts) })
+		for i, f := range facts {
+			keys[i] = f.key
+		}
+	}
+	keep := url.Values{}
+	for k, val := range map[string]string{"find": v.Find, "sort": v.Sort} {
+		if val != "" {
+			keep.Set(k, val)
+		}
+	}
+	v.AllHref = "?" + keep.Encode()
+	v.StatusHrefs = map[string]string{}
+	for _, p := range v.JobParts {
+		keep.Set("status", p.Label)
+		v.StatusHrefs[p.Label] = "?" + keep.Encode()
+	}
 	v.JobsPager = paginate(len(keys), a.cfg.JobsPerPage, pageParam(q, "jobs"), q, "jobs")
 	for _, key := range keys[v.JobsPager.From:v.JobsPager.To] {
 		if j, ok := a.jobs.Indexer().Get(key); ok {
@@ -186,6 +222,28 @@ func (a *Aggregator) cellView(q url.Values) cellView {
 		}
 	}
 	return v
+}
+
+// jobSorts are the orders the cell page lists jobs in, by the name of its
+// sort parameter; jobs that tie stay in name order, as does the default
+// (nil).
+var jobSorts = map[string]func(x, y jobFacts) int{
+	"":        nil,
+	"newest":  func(x, y jobFacts) int { return y.created.Compare(x.created) },
+	"pending": func(x, y jobFacts) int { return cmp.Compare(y.pending, x.pending) },
+	"failed":  func(x, y jobFacts) int { return cmp.Compare(y.failed, x.failed) },
+}
+
+// jobsFound keeps the job keys whose namespace/name contains find, case
+// aside (all of them when find is "").
+func jobsFound(keys []string, find string) []string {
+	if find == "" {
+		return keys
+	}
+	find = strings.ToLower(find)
+	return slices.DeleteFunc(keys, func(k string) bool {
+		return !strings.Contains(strings.ToLower(strings.TrimPrefix(k, clientlib.Jobs.Prefix)), find)
+	})
 }
 
 // jobRow is job j as a list shows it: its REASON is, as `troupe get
