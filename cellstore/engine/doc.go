@@ -15,7 +15,8 @@
 //	d<key>              user data: uvarint version + value
 //	l<rev:8 BE>         change log: the ChangeSet of each revision
 //	t<txn id>           remembered outcome of a txn_id (TxnRecord)
-//	x<expiry:8 BE><id>  expiry index of remembered outcomes
+//	x<expiry:8 BE><id>  expiry index of remembered outcomes: one outcome,
+//	x<expiry:8 BE>\xff<seq:8 BE>  or those of one Raft entry (expiryGroup)
 //	i<key>              intents of cross-shard transactions on a key (IntentSet)
 //	p<txn id>           a cross-shard transaction prepared here (Prepared)
 //	q<deadline:8 BE><id> prepared transactions by deadline, for recovery

@@ -28,6 +28,36 @@ type Result struct {
 	Changes *storev1.ChangeSet
 }
 
+// RecordWriter is a Storage that encodes what the engine writes in its own
+// memory: the state machine's, straight into its Pebble batch, which would
+// otherwise copy what the engine encoded only for it.
+type RecordWriter interface {
+	// SetRecord sets dataKey to EncodeRecord(version, value).
+	SetRecord(dataKey []byte, version uint64, value []byte) error
+	// SetMessage sets key, of the change log or of a remembered outcome,
+	// to m's encoding.
+	SetMessage(key []byte, m Message) error
+}
+
+// Message is a message with vtprotobuf's generated encoding.
+type Message interface {
+	SizeVT() int
+	MarshalToSizedBufferVT(b []byte) (int, error)
+	MarshalVT() ([]byte, error)
+}
+
+// setMessage sets key to m's encoding.
+func setMessage(st Storage, key []byte, m Message) error {
+	if rw, ok := st.(RecordWriter); ok {
+		return rw.SetMessage(key, m)
+	}
+	b, err := m.MarshalVT()
+	if err != nil {
+		return err
+	}
+	return st.Set(key, b)
+}
+
 // pending is the state a key will have once the proposal commits.
 type pending struct {
 	value   []byte
@@ -113,8 +143,36 @@ type applier struct {
 // Apply applies proposal p to the shard state in st and returns the outcome.
 // It is deterministic: the same state and proposal give the same writes and
 // outcome. An error means the storage failed; the state is then undefined
-// and the caller must not commit it.
+// and the caller must not commit it. Apply(st, p) is ApplyEntry(st, [p]).
 func Apply(st Storage, p *storev1.Proposal) (*Result, error) {
+	var g expiryGroup
+	res, err := apply(st, p, &g)
+	if err != nil {
+		return nil, err
+	}
+	return res, g.write(st)
+}
+
+// ApplyEntry applies the proposals of one Raft entry in order, as Apply
+// would one after the other, except that the outcomes they remember share
+// one expiry index entry (expiryGroup): one storage write for the entry
+// instead of one per proposal. Every replica applies the same entries, so
+// the grouping is as deterministic as the rest.
+func ApplyEntry(st Storage, ps []*storev1.Proposal) ([]*Result, error) {
+	var g expiryGroup
+	out := make([]*Result, len(ps))
+	for i, p := range ps {
+		res, err := apply(st, p, &g)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = res
+	}
+	return out, g.write(st)
+}
+
+// apply applies p; the outcome it remembers joins g.
+func apply(st Storage, p *storev1.Proposal, g *expiryGroup) (*Result, error) {
 	now, err := advanceClock(st, p.GetNowUnixNanos())
 	if err != nil {
 		return nil, err
@@ -126,9 +184,9 @@ func Apply(st Storage, p *storev1.Proposal) (*Result, error) {
 	case storev1.Phase_PHASE_PREPARE:
 		return prepare(st, p, now)
 	case storev1.Phase_PHASE_FENCE:
-		return fence(st, p, now)
+		return fence(st, p, now, g)
 	case storev1.Phase_PHASE_RESOLVE:
-		return resolve(st, p, now)
+		return resolve(st, p, now, g)
 	case storev1.Phase_PHASE_FREEZE:
 		return freeze(st, p, now)
 	case storev1.Phase_PHASE_THAW:
@@ -144,7 +202,7 @@ func Apply(st Storage, p *storev1.Proposal) (*Result, error) {
 	} else if rec != nil {
 		return &Result{Outcome: remembered(rec, p)}, nil
 	}
-	rev, err := readMeta(st, metaRevision)
+	rev, err := readMeta(st, revisionKey)
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +212,7 @@ func Apply(st Storage, p *storev1.Proposal) (*Result, error) {
 	a := &applier{st: st, rev: rev + 1}
 	out := &storev1.Outcome{GroupIndexes: p.GetGroupIndexes(), Revision: rev}
 	out.Groups = make([]*storev1.GroupResult, len(p.GetGroups()))
-	prepared, err := readMeta(st, metaPrepared)
+	prepared, err := readMeta(st, preparedCountKey)
 	if err != nil {
 		return nil, err
 	}
@@ -188,7 +246,7 @@ func Apply(st Storage, p *storev1.Proposal) (*Result, error) {
 			g.Revision = out.Revision
 		}
 	}
-	if err := rememberTxn(st, p, out, now); err != nil {
+	if err := rememberTxn(st, p, out, now, g); err != nil {
 		return nil, err
 	}
 	return res, nil
@@ -375,6 +433,10 @@ func (a *applier) merge(ov *overlay) {
 		return
 	}
 	slices.SortFunc(ov.writes, func(x, y keyWrite) int { return strings.Compare(x.key, y.key) })
+	if len(a.committed.writes) == 0 {
+		a.committed = *ov // the first group's: its keys are distinct already
+		return
+	}
 	for _, w := range ov.writes {
 		a.committed.set(w.key, w.p)
 	}
@@ -408,7 +470,11 @@ func (a *applier) write(retention uint64) (*storev1.ChangeSet, error) {
 			err = a.st.Delete(DataKey(k))
 		} else {
 			kv.Value = p.value
-			err = a.st.Set(DataKey(k), EncodeRecord(a.rev, p.value))
+			if rw, ok := a.st.(RecordWriter); ok {
+				err = rw.SetRecord(DataKey(k), a.rev, p.value)
+			} else {
+				err = a.st.Set(DataKey(k), EncodeRecord(a.rev, p.value))
+			}
 		}
 		if err != nil {
 			return nil, err
@@ -418,14 +484,10 @@ func (a *applier) write(retention uint64) (*storev1.ChangeSet, error) {
 	if len(cs.Events) == 0 {
 		return nil, nil
 	}
-	enc, err := cs.MarshalVT()
-	if err != nil {
+	if err := setMessage(a.st, LogKey(a.rev), cs); err != nil {
 		return nil, err
 	}
-	if err := a.st.Set(LogKey(a.rev), enc); err != nil {
-		return nil, err
-	}
-	if err := a.st.Set([]byte(metaRevision), EncodeUint64(a.rev)); err != nil {
+	if err := a.st.Set(revisionKey, EncodeUint64(a.rev)); err != nil {
 		return nil, err
 	}
 	return cs, trimLog(a.st, a.rev, retention)
@@ -437,10 +499,11 @@ func trimLog(st Storage, rev, retention uint64) error {
 	if retention == 0 {
 		retention = defaultLogRetention
 	}
-	start, err := readMeta(st, metaLogStart)
+	stored, err := readMeta(st, logStartKey)
 	if err != nil {
 		return err
 	}
+	start := stored
 	if start == 0 {
 		start = rev
 	}
@@ -450,11 +513,14 @@ func trimLog(st Storage, rev, retention uint64) error {
 		}
 		start++
 	}
-	return st.Set([]byte(metaLogStart), EncodeUint64(start))
+	if start == stored {
+		return nil // nothing trimmed: the stored start stands
+	}
+	return st.Set(logStartKey, EncodeUint64(start))
 }
 
-func readMeta(st Storage, name string) (uint64, error) {
-	b, err := st.Get([]byte(name))
+func readMeta(st Storage, key []byte) (uint64, error) {
+	b, err := st.Get(key)
 	if err != nil {
 		return 0, err
 	}
@@ -464,12 +530,12 @@ func readMeta(st Storage, name string) (uint64, error) {
 // advanceClock returns the shard's clock: the largest proposal time seen, so
 // that a proposer whose clock lags cannot move time backwards.
 func advanceClock(st Storage, proposed int64) (int64, error) {
-	cur, err := readMeta(st, metaClock)
+	cur, err := readMeta(st, clockKey)
 	if err != nil {
 		return 0, err
 	}
 	if proposed <= int64(cur) {
 		return int64(cur), nil
 	}
-	return proposed, st.Set([]byte(metaClock), EncodeUint64(uint64(proposed)))
+	return proposed, st.Set(clockKey, EncodeUint64(uint64(proposed)))
 }

@@ -402,7 +402,7 @@ func checkUserState(t *testing.T, i int, st Storage, m *model) {
 	if !maps.EqualFunc(got, m.data, func(a, b modelKV) bool { return a.version == b.version && bytes.Equal(a.value, b.value) }) {
 		t.Fatalf("proposal %d: state\n%s\nmodel\n%s", i, formatModel(got), formatModel(m.data))
 	}
-	rev, err := readMeta(st, metaRevision)
+	rev, err := readMeta(st, revisionKey)
 	if err != nil || rev != m.rev {
 		t.Fatalf("proposal %d: stored revision %d (%v), model %d", i, rev, err, m.rev)
 	}

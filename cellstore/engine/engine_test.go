@@ -113,6 +113,88 @@ func TestExpireTxnsBounded(t *testing.T) {
 	}
 }
 
+// TestExpiryGroups: the outcomes remembered by the proposals of one entry
+// (ApplyEntry) share one expiry index entry, found and forgotten by the
+// expiry scan like the per-outcome entries of Apply and of older
+// binaries, which a shard keeps until they expire; a scan bounded by
+// maxExpiredPerApply finishes the group it is in and resumes after it.
+func TestExpiryGroups(t *testing.T) {
+	st := NewMemStorage()
+	const u = expiryScanInterval
+	proposal := func(id string, now int64) *storev1.Proposal {
+		return &storev1.Proposal{
+			TxnId:             id,
+			Groups:            []*storev1.Group{{Ops: []*storev1.Op{putOp("/k", id)}}},
+			NowUnixNanos:      now,
+			DedupeWindowNanos: 10 * u,
+			RequestHash:       1,
+		}
+	}
+	// An old-format shard: what Apply writes is what a binary before
+	// groups wrote, one x<expiry><id> per outcome.
+	for i := range 3 {
+		mustApply(t, st, proposal(fmt.Sprintf("old%d", i), 1*u))
+	}
+	// Entries of many proposals, each one group; a group of one keeps the
+	// old form. In the first entry a later proposal moves the clock, and
+	// its expiry scan the scans' start, past the first's window: the
+	// group's key goes at the clock's next nanosecond, where scans still
+	// look.
+	lag := proposal("lag", 1*u)
+	lag.DedupeWindowNanos = 1
+	entries := [][]*storev1.Proposal{{lag, {NowUnixNanos: 5 * u}}}
+	for e := range 2 * maxExpiredPerApply / 100 {
+		var ps []*storev1.Proposal
+		for i := range 100 {
+			ps = append(ps, proposal(fmt.Sprintf("g%d-%03d", e, i), 5*u))
+		}
+		entries = append(entries, ps)
+	}
+	entries = append(entries, []*storev1.Proposal{proposal("single", 5*u)})
+	for _, ps := range entries {
+		res, err := ApplyEntry(st, ps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range res {
+			if len(ps[i].GetGroups()) > 0 && !r.Outcome.GetGroups()[0].GetCommitted() {
+				t.Fatalf("proposal %s: %v", ps[i].GetTxnId(), r.Outcome)
+			}
+		}
+	}
+	ids := 3 + 1 + len(entries[1:len(entries)-1])*100 + 1
+	if got := countPrefix(t, st, prefixTxn); got != ids {
+		t.Fatalf("%d remembered txns, want %d", got, ids)
+	}
+	// 3 old entries, one per entry.
+	if got, want := countPrefix(t, st, prefixExpiry), 3+len(entries); got != want {
+		t.Fatalf("%d expiry index entries, want %d", got, want)
+	}
+	// A retry in an entry of its own gets the first outcome.
+	res := mustApply(t, st, proposal("g1-050", 6*u))
+	if !res.Outcome.GetDuplicate() {
+		t.Fatalf("retry of g1-050: %v, want the remembered outcome", res.Outcome)
+	}
+
+	// All windows end by 15; each pass forgets at least
+	// maxExpiredPerApply outcomes, and at most the rest of a group more.
+	left := ids
+	for pass := 0; left > 0; pass++ {
+		if pass > 2 {
+			t.Fatalf("%d outcomes left after %d passes", left, pass)
+		}
+		mustApply(t, st, &storev1.Proposal{NowUnixNanos: 20 * u})
+		n := countPrefix(t, st, prefixTxn)
+		if forgot := left - n; forgot < min(left, maxExpiredPerApply) || forgot >= maxExpiredPerApply+100 {
+			t.Fatalf("pass %d forgot %d of %d outcomes", pass, forgot, left)
+		}
+		left = n
+	}
+	if n := countPrefix(t, st, prefixExpiry); n != 0 {
+		t.Fatalf("%d expiry index entries left", n)
+	}
+}
+
 var errInjected = errors.New("injected storage failure")
 
 // failingStorage fails the failAt'th storage call (counting from 0).

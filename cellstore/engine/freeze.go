@@ -58,14 +58,14 @@ func ReadFreezeStatus(st Storage) (FreezeStatus, error) {
 	if err != nil {
 		return f, err
 	}
-	clock, err := readMeta(st, metaClock)
+	clock, err := readMeta(st, clockKey)
 	if err != nil {
 		return f, err
 	}
-	if f.Revision, err = readMeta(st, metaRevision); err != nil {
+	if f.Revision, err = readMeta(st, revisionKey); err != nil {
 		return f, err
 	}
-	if f.Prepared, err = readMeta(st, metaPrepared); err != nil {
+	if f.Prepared, err = readMeta(st, preparedCountKey); err != nil {
 		return f, err
 	}
 	f.Freeze, f.Clock = fr, int64(clock)
@@ -73,7 +73,7 @@ func ReadFreezeStatus(st Storage) (FreezeStatus, error) {
 }
 
 func readFreeze(st Storage) (*storev1.Freeze, error) {
-	b, err := st.Get([]byte(metaFreeze))
+	b, err := st.Get(freezeKey)
 	if err != nil || b == nil {
 		return nil, err
 	}
@@ -123,7 +123,7 @@ func freeze(st Storage, p *storev1.Proposal, now int64) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := st.Set([]byte(metaFreeze), b); err != nil {
+	if err := st.Set(freezeKey, b); err != nil {
 		return nil, err
 	}
 	return freezeStatusOutcome(st, true)
@@ -145,7 +145,7 @@ func thaw(st Storage, p *storev1.Proposal, now int64) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := st.Set([]byte(metaFreeze), b); err != nil {
+	if err := st.Set(freezeKey, b); err != nil {
 		return nil, err
 	}
 	res, err := freezeStatusOutcome(st, false)

@@ -22,8 +22,24 @@ const (
 	metaAppliedIx  = "mapplied"
 	metaExpiryLow  = "mexpirylow"  // expiry index entries below this are gone
 	metaExpiryNext = "mexpirynext" // proposal time of the next expiry scan
+	metaExpirySeq  = "mexpiryseq"  // groups of the expiry index made so far (expiryGroupKey)
 	metaPrepared   = "mprepared"   // cross-shard transactions prepared here and not resolved
 	metaFreeze     = "mfreeze"     // the freeze a backup holds on the shard (Freeze)
+)
+
+// The metadata keys as storage keys, made once rather than at every read
+// and write (a proposal reads and writes several): storage keeps copies of
+// the keys it is given, never the caller's slice, and nothing changes
+// these.
+var (
+	revisionKey      = []byte(metaRevision)
+	logStartKey      = []byte(metaLogStart)
+	clockKey         = []byte(metaClock)
+	expiryLowKey     = []byte(metaExpiryLow)
+	expiryNextKey    = []byte(metaExpiryNext)
+	expirySeqKey     = []byte(metaExpirySeq)
+	preparedCountKey = []byte(metaPrepared)
+	freezeKey        = []byte(metaFreeze)
 )
 
 // Prefixes of the storage key families, for storage layers that index
@@ -85,6 +101,22 @@ func expiryKey(expires int64, id string) []byte {
 	binary.BigEndian.PutUint64(b[1:], uint64(expires))
 	return append(b, id...)
 }
+
+// expiryGroupKey is the expiry index entry of the seq'th group of outcomes
+// (expiryGroup). The byte after the expiry, 0xff, starts no UTF-8
+// string, so no txn id: the key never collides with an outcome's own
+// entry, x<expiry><id>, which is how every entry was written before
+// groups and how a group of one still is.
+func expiryGroupKey(expires int64, seq uint64) []byte {
+	b := make([]byte, 18)
+	b[0] = prefixExpiry
+	binary.BigEndian.PutUint64(b[1:], uint64(expires))
+	b[9] = 0xff
+	binary.BigEndian.PutUint64(b[10:], seq)
+	return b
+}
+
+func isExpiryGroupKey(k []byte) bool { return len(k) == 18 && k[9] == 0xff }
 
 // AppliedIndexKey is where the Raft state machine keeps its applied index,
 // written in the same batch as the data it covers.

@@ -266,7 +266,7 @@ func prepare(st Storage, p *storev1.Proposal, now int64) (*Result, error) {
 	} else if rec != nil { // resolved or fenced here already
 		return &Result{Outcome: remembered(rec, p)}, nil
 	}
-	rev, err := readMeta(st, metaRevision)
+	rev, err := readMeta(st, revisionKey)
 	if err != nil {
 		return nil, err
 	}
@@ -324,11 +324,11 @@ func reused(hash uint64, p *storev1.Proposal) *storev1.Outcome {
 // addPrepared counts the transactions prepared and not yet resolved on
 // the shard: while there are none, APPLYs need not look for intents.
 func addPrepared(st Storage, delta int64) error {
-	n, err := readMeta(st, metaPrepared)
+	n, err := readMeta(st, preparedCountKey)
 	if err != nil {
 		return err
 	}
-	return st.Set([]byte(metaPrepared), EncodeUint64(uint64(int64(n)+delta)))
+	return st.Set(preparedCountKey, EncodeUint64(uint64(int64(n)+delta)))
 }
 
 // addIntents records group g's intents in a.intents and returns the keys
@@ -385,7 +385,7 @@ func txnStatus(st Storage, id string, hash uint64, now int64) (*storev1.Outcome,
 // fence returns what the shard knows of p's transaction, and when it
 // knows nothing records a fence, remembered as the txn_id's outcome, so
 // that the transaction can no longer prepare here.
-func fence(st Storage, p *storev1.Proposal, now int64) (*Result, error) {
+func fence(st Storage, p *storev1.Proposal, now int64, g *expiryGroup) (*Result, error) {
 	if out, err := txnStatus(st, p.GetTxnId(), p.GetRequestHash(), now); err != nil || out != nil {
 		if out != nil {
 			out.Duplicate = true
@@ -393,7 +393,7 @@ func fence(st Storage, p *storev1.Proposal, now int64) (*Result, error) {
 		return &Result{Outcome: out}, err
 	}
 	out := &storev1.Outcome{TxnState: storev1.TxnState_TXN_STATE_FENCED}
-	return &Result{Outcome: out}, rememberTxn(st, p, out, now)
+	return &Result{Outcome: out}, rememberTxn(st, p, out, now, g)
 }
 
 // Settle is the decision of a cross-shard transaction given what each
@@ -456,8 +456,8 @@ func Settle(states []*storev1.Outcome, atomic bool) *storev1.Outcome {
 // resolve applies the intents of p's transaction on this shard as its
 // decision says, at a new revision, and forgets the transaction. A
 // repeated RESOLVE finds nothing left to do.
-func resolve(st Storage, p *storev1.Proposal, now int64) (*Result, error) {
-	rev, err := readMeta(st, metaRevision)
+func resolve(st Storage, p *storev1.Proposal, now int64, g *expiryGroup) (*Result, error) {
+	rev, err := readMeta(st, revisionKey)
 	if err != nil {
 		return nil, err
 	}
@@ -542,7 +542,7 @@ func resolve(st Storage, p *storev1.Proposal, now int64) (*Result, error) {
 		out.TxnState = storev1.TxnState_TXN_STATE_DECIDED
 		// Under the request's hash, which the prepare recorded.
 		req := &storev1.Proposal{TxnId: p.GetTxnId(), DedupeWindowNanos: p.GetDedupeWindowNanos(), RequestHash: rec.GetRequestHash()}
-		if err := rememberTxn(st, req, out, now); err != nil {
+		if err := rememberTxn(st, req, out, now, g); err != nil {
 			return nil, err
 		}
 	}

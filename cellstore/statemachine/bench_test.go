@@ -22,7 +22,7 @@ const (
 // BenchmarkUpdate applies place-shaped proposals (a task that must not
 // exist, its binding, a counter add).
 func BenchmarkUpdate(b *testing.B) {
-	benchUpdate(b, nil, func(i int) *storev1.Group {
+	benchUpdate(b, benchNoExpiry, nil, func(i int) *storev1.Group {
 		task := fmt.Sprintf("/tasks/ns/j%d/%d", i/100, i%100)
 		m := i % 1000
 		return &storev1.Group{
@@ -39,7 +39,23 @@ func BenchmarkUpdate(b *testing.B) {
 // BenchmarkUpdateCAS applies cas-shaped proposals: a put of a 200-byte
 // value on one of benchKeys existing keys, conditioned on its version
 // (which each proposal gets right).
-func BenchmarkUpdateCAS(b *testing.B) {
+func BenchmarkUpdateCAS(b *testing.B) { benchUpdateCAS(b, benchNoExpiry) }
+
+// BenchmarkUpdateCASExpiring is BenchmarkUpdateCAS in a long-running
+// cell's steady state: proposals 1 ms apart and outcomes remembered for
+// 1 s, so that as many expire (and are deleted) as are remembered.
+func BenchmarkUpdateCASExpiring(b *testing.B) {
+	benchUpdateCAS(b, benchClock{step: 1e6, dedupe: 1e9})
+}
+
+// benchClock is the proposals' clock: proposal j of a run is at j*step
+// nanoseconds, and remembers its outcome for dedupe nanoseconds.
+type benchClock struct{ step, dedupe int64 }
+
+// benchNoExpiry never lets an outcome expire within a run.
+var benchNoExpiry = benchClock{step: 1, dedupe: 1e12}
+
+func benchUpdateCAS(b *testing.B, clock benchClock) {
 	seed := make([]*storev1.Group, benchKeys)
 	for k := range seed {
 		seed[k] = &storev1.Group{Ops: []*storev1.Op{{Op: &storev1.Op_Put{Put: &storev1.Put{Key: fmt.Sprintf("/cas/%d", k), Value: make([]byte, 200)}}}}}
@@ -49,7 +65,7 @@ func BenchmarkUpdateCAS(b *testing.B) {
 	for k := range versions {
 		versions[k] = uint64(k + 1)
 	}
-	benchUpdate(b, seed, func(i int) *storev1.Group {
+	benchUpdate(b, clock, seed, func(i int) *storev1.Group {
 		k := (i * 7919) % benchKeys
 		next++
 		g := &storev1.Group{
@@ -62,22 +78,23 @@ func BenchmarkUpdateCAS(b *testing.B) {
 }
 
 // benchUpdate applies the groups of seed, one proposal each, then times
-// b.N proposals of one group each from group(i), and fails if one does
-// not commit.
-func benchUpdate(b *testing.B, seed []*storev1.Group, group func(i int) *storev1.Group) {
+// b.N proposals of one group each from group(i), on clock, and fails if
+// one does not commit.
+func benchUpdate(b *testing.B, clock benchClock, seed []*storev1.Group, group func(i int) *storev1.Group) {
 	m := New(Config{Dir: b.TempDir(), Logger: zap.NewNop()}, 0)
 	if _, err := m.Open(nil); err != nil {
 		b.Fatal(err)
 	}
 	defer m.Close()
-	index := uint64(0)
+	index, proposed := uint64(0), int64(0)
 	entries := func(gs []*storev1.Group, txn string) []sm.Entry {
 		var es []sm.Entry
 		for i := 0; i < len(gs); i += benchProposalsPerEntry {
 			var ps []*storev1.Proposal
 			for j := i; j < min(i+benchProposalsPerEntry, len(gs)); j++ {
+				proposed++
 				ps = append(ps, &storev1.Proposal{
-					TxnId: fmt.Sprintf("%s-%d", txn, j), NowUnixNanos: int64(j), DedupeWindowNanos: 1e12, LogRetention: 100000,
+					TxnId: fmt.Sprintf("%s-%d", txn, j), NowUnixNanos: proposed * clock.step, DedupeWindowNanos: clock.dedupe, LogRetention: 100000,
 					GroupIndexes: []uint32{0}, Groups: []*storev1.Group{gs[j]},
 				})
 			}

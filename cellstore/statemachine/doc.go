@@ -2,7 +2,7 @@
 // on-disk state machine whose state lives in Pebble.
 //
 // Each replica of each shard owns one Pebble database. Update applies a
-// batch of Raft entries through engine.Apply on one indexed Pebble batch and
+// batch of Raft entries, each through engine.ApplyEntry, on one indexed Pebble batch and
 // writes the last applied Raft index into the same batch, so data and
 // applied index are always persisted together; Open returns that index and
 // Dragonboat replays the entries after it. Batches go to Pebble's WAL

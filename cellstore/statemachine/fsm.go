@@ -146,7 +146,7 @@ func (s *StateMachine) loadMeta() error {
 		key []byte
 		dst *atomic.Uint64
 	}{{engine.AppliedIndexKey(), &s.applied}, {engine.RevisionKey(), &s.revision}} {
-		v, err := engine.DecodeUint64(s.idx.meta[string(m.key)])
+		v, err := engine.DecodeUint64(s.idx.metaValue(m.key))
 		if err != nil {
 			return fmt.Errorf("shard %d: %w", s.shard, err)
 		}
@@ -179,12 +179,12 @@ func (s *StateMachine) Update(entries []sm.Entry) ([]sm.Entry, error) {
 			e.Result = sm.Result{Value: ResultRejected, Data: []byte("undecodable entry: " + err.Error())}
 			continue
 		}
-		outs := &storev1.OutcomeBatch{Outcomes: make([]*storev1.Outcome, len(batch.GetProposals()))}
-		for j, p := range batch.GetProposals() {
-			res, err := engine.Apply(st, p)
-			if err != nil {
-				return nil, fmt.Errorf("shard %d: apply entry %d: %w", s.shard, e.Index, err)
-			}
+		results, err := engine.ApplyEntry(st, batch.GetProposals())
+		if err != nil {
+			return nil, fmt.Errorf("shard %d: apply entry %d: %w", s.shard, e.Index, err)
+		}
+		outs := &storev1.OutcomeBatch{Outcomes: make([]*storev1.Outcome, len(results))}
+		for j, res := range results {
 			outs.Outcomes[j] = res.Outcome
 			if res.Changes != nil {
 				changes = append(changes, change{res.Outcome.GetRevision(), res.Changes})

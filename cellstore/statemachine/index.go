@@ -2,9 +2,10 @@ package statemachine
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
-	"maps"
 	"slices"
+	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -31,7 +32,9 @@ const maxCachedValue = 64
 //     every RESOLVE;
 //   - meta: the shard's metadata keys, which every proposal reads and
 //     rewrites. Their writes are combined: only the last value of an
-//     Update batch goes to Pebble (see flushMeta).
+//     Update batch goes to Pebble (see flushMeta). A key keeps its entry
+//     once seen, deleted or not, so that writing it again allocates
+//     nothing.
 //
 // It is derived state: rebuilt from Pebble when the replica opens or
 // recovers a snapshot, and kept current by every write through
@@ -40,8 +43,39 @@ type keyIndex struct {
 	data    map[string]dataEntry // storage key → what the index keeps of it
 	present map[string]struct{}
 	held    map[string][]byte
-	meta    map[string][]byte
-	dirty   map[string]bool // meta keys written since the last flushMeta
+	meta    map[string]*metaEntry
+	dirty   []*metaEntry // written since the last flushMeta
+}
+
+// metaEntry is a metadata key as the index keeps it.
+type metaEntry struct {
+	key    string
+	value  []byte
+	exists bool
+	dirty  bool // in keyIndex.dirty
+}
+
+// metaValue returns the value of metadata key k, nil when it does not
+// exist.
+func (x *keyIndex) metaValue(k []byte) []byte {
+	if e := x.meta[string(k)]; e != nil && e.exists {
+		return e.value
+	}
+	return nil
+}
+
+// setMeta records a write of metadata key k: value, or a delete.
+func (x *keyIndex) setMeta(k, value []byte, exists bool) {
+	e := x.meta[string(k)]
+	if e == nil {
+		e = &metaEntry{key: string(k)}
+		x.meta[e.key] = e
+	}
+	e.value, e.exists = value, exists
+	if !e.dirty {
+		e.dirty = true
+		x.dirty = append(x.dirty, e)
+	}
 }
 
 // dataEntry is what the index keeps of an existing user data key.
@@ -83,7 +117,7 @@ func familyOf(k []byte) family {
 
 // load rebuilds the index from db.
 func (x *keyIndex) load(db *pebble.DB) error {
-	*x = keyIndex{data: map[string]dataEntry{}, present: map[string]struct{}{}, held: map[string][]byte{}, meta: map[string][]byte{}, dirty: map[string]bool{}}
+	*x = keyIndex{data: map[string]dataEntry{}, present: map[string]struct{}{}, held: map[string][]byte{}, meta: map[string]*metaEntry{}}
 	it, err := db.NewIter(nil)
 	if err != nil {
 		return err
@@ -104,26 +138,29 @@ func (x *keyIndex) load(db *pebble.DB) error {
 		case familyOf(k) == valued:
 			x.held[string(k)] = append([]byte(nil), it.Value()...)
 		case k[0] == engine.MetaPrefix:
-			x.meta[string(k)] = append([]byte(nil), it.Value()...)
+			x.meta[string(k)] = &metaEntry{key: string(k), value: bytes.Clone(it.Value()), exists: true}
 		}
 	}
 	return it.Close()
 }
 
-// flushMeta writes the metadata keys changed since the last flush into b.
+// flushMeta writes the metadata keys changed since the last flush into b,
+// in key order.
 func (x *keyIndex) flushMeta(b *pebble.Batch) error {
-	for _, k := range slices.Sorted(maps.Keys(x.dirty)) {
+	slices.SortFunc(x.dirty, func(a, b *metaEntry) int { return strings.Compare(a.key, b.key) })
+	for _, e := range x.dirty {
 		var err error
-		if v, ok := x.meta[k]; ok {
-			err = b.Set([]byte(k), v, nil)
+		if e.exists {
+			err = b.Set([]byte(e.key), e.value, nil)
 		} else {
-			err = b.Delete([]byte(k), nil)
+			err = b.Delete([]byte(e.key), nil)
 		}
 		if err != nil {
 			return err
 		}
+		e.dirty = false
 	}
-	clear(x.dirty)
+	x.dirty = x.dirty[:0]
 	return nil
 }
 
@@ -137,6 +174,7 @@ type batchStorage struct {
 var (
 	_ engine.Storage       = batchStorage{}
 	_ engine.VersionReader = batchStorage{}
+	_ engine.RecordWriter  = batchStorage{}
 )
 
 func (s batchStorage) Get(key []byte) ([]byte, error) {
@@ -145,7 +183,7 @@ func (s batchStorage) Get(key []byte) ([]byte, error) {
 	}
 	switch key[0] {
 	case engine.MetaPrefix:
-		return s.idx.meta[string(key)], nil
+		return s.idx.metaValue(key), nil
 	case engine.DataPrefix:
 		e, ok := s.idx.data[string(key)]
 		if !ok || e.rec != nil {
@@ -173,8 +211,7 @@ func (s batchStorage) DataVersion(key []byte) (uint64, bool, error) {
 func (s batchStorage) Set(key, value []byte) error {
 	switch key[0] {
 	case engine.MetaPrefix:
-		s.idx.meta[string(key)] = value // the engine's Set contract: value is not changed afterwards
-		s.idx.dirty[string(key)] = true
+		s.idx.setMeta(key, value, true) // the engine's Set contract: value is not changed afterwards
 		return nil
 	case engine.DataPrefix:
 		e, err := newDataEntry(value)
@@ -193,11 +230,55 @@ func (s batchStorage) Set(key, value []byte) error {
 	return s.b.Set(key, value, nil)
 }
 
+// SetRecord implements engine.RecordWriter: the record is encoded in the
+// batch's own memory, and kept by the index (a copy) only when small.
+func (s batchStorage) SetRecord(key []byte, version uint64, value []byte) error {
+	n := uvarintLen(version)
+	op := s.b.SetDeferred(len(key), n+len(value))
+	copy(op.Key, key)
+	binary.PutUvarint(op.Value, version)
+	copy(op.Value[n:], value)
+	e := dataEntry{version: version}
+	if len(op.Value) <= maxCachedValue {
+		e.rec = bytes.Clone(op.Value) // the batch's memory moves as it grows
+	}
+	s.idx.data[string(key)] = e
+	return op.Finish()
+}
+
+// SetMessage implements engine.RecordWriter: the message is encoded in the
+// batch's own memory, unless the index keeps the key's value.
+func (s batchStorage) SetMessage(key []byte, m engine.Message) error {
+	if key[0] == engine.MetaPrefix || key[0] == engine.DataPrefix || familyOf(key) == valued {
+		b, err := m.MarshalVT()
+		if err != nil {
+			return err
+		}
+		return s.Set(key, b)
+	}
+	op := s.b.SetDeferred(len(key), m.SizeVT())
+	copy(op.Key, key)
+	if _, err := m.MarshalToSizedBufferVT(op.Value); err != nil {
+		return err
+	}
+	if familyOf(key) == presence {
+		s.idx.present[string(key)] = struct{}{}
+	}
+	return op.Finish()
+}
+
+func uvarintLen(v uint64) int {
+	n := 1
+	for ; v >= 0x80; v >>= 7 {
+		n++
+	}
+	return n
+}
+
 func (s batchStorage) Delete(key []byte) error {
 	switch key[0] {
 	case engine.MetaPrefix:
-		delete(s.idx.meta, string(key))
-		s.idx.dirty[string(key)] = true
+		s.idx.setMeta(key, nil, false)
 		return nil
 	case engine.DataPrefix:
 		delete(s.idx.data, string(key))

@@ -300,3 +300,94 @@ func TestIndexKeepsVersionsOfLargeValues(t *testing.T) {
 		t.Errorf("/a has version %d, want 3", v)
 	}
 }
+
+// TestExpiryGroupsOverOldFormat: a replica whose directory holds the
+// expiry index as binaries before groups wrote it (one x<expiry><id> per
+// outcome, as entries of one proposal still write it) opens, applies
+// entries of many proposals (one index entry each), and forgets every
+// outcome of both forms once their windows end; its storage stays the
+// same as engine.ApplyEntry's on memory.
+func TestExpiryGroupsOverOldFormat(t *testing.T) {
+	dir := t.TempDir()
+	ref := engine.NewMemStorage()
+	m := open(t, dir, nil)
+	index := uint64(0)
+	// apply applies one entry of proposals at time now, with txn ids
+	// name-0, name-1, ..., to m and to ref.
+	apply := func(name string, n int, now int64) {
+		t.Helper()
+		var ps []*storev1.Proposal
+		for i := range n {
+			ps = append(ps, &storev1.Proposal{
+				TxnId:             fmt.Sprintf("%s-%d", name, i),
+				NowUnixNanos:      now,
+				DedupeWindowNanos: 10e9,
+				Groups:            []*storev1.Group{{Ops: []*storev1.Op{{Op: &storev1.Op_Put{Put: &storev1.Put{Key: "/k", Value: []byte(name)}}}}}},
+				GroupIndexes:      []uint32{0},
+			})
+		}
+		if n == 0 {
+			ps = append(ps, &storev1.Proposal{NowUnixNanos: now})
+		}
+		if _, err := engine.ApplyEntry(ref, ps); err != nil {
+			t.Fatal(err)
+		}
+		cmd, err := EncodeEntry(ps...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		index++
+		update(t, m, sm.Entry{Index: index, Cmd: cmd})
+	}
+	count := func(prefix byte) int {
+		n := 0
+		for _, kv := range rawContents(t, m) {
+			if kv.k[0] == prefix {
+				n++
+			}
+		}
+		return n
+	}
+	for i := range 5 {
+		apply(fmt.Sprintf("old%d", i), 1, 1e9)
+	}
+	if got := count('x'); got != 5 {
+		t.Fatalf("%d expiry index entries after 5 entries of one proposal, want 5", got)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	m = open(t, dir, nil)
+	defer func() { m.Close() }()
+	apply("new", 40, 2e9)
+	apply("new2", 3, 3e9)
+	if got := count('x'); got != 5+2 {
+		t.Fatalf("%d expiry index entries, want 5 old and 2 groups", got)
+	}
+	if got := count('t'); got != 5+43 {
+		t.Fatalf("%d remembered outcomes, want 48", got)
+	}
+	check := func(when string) {
+		t.Helper()
+		want := []rawKV{}
+		_ = ref.Scan(nil, nil, func(k, v []byte) bool {
+			want = append(want, rawKV{bytes.Clone(k), bytes.Clone(v)})
+			return true
+		})
+		var got []rawKV
+		for _, kv := range rawContents(t, m) {
+			if !bytes.Equal(kv.k, engine.AppliedIndexKey()) {
+				got = append(got, kv)
+			}
+		}
+		if d := diffRaw(want, got); d != "" {
+			t.Fatalf("%s: storage differs from engine.ApplyEntry's:%s", when, d)
+		}
+	}
+	check("before expiry")
+	apply("", 0, 20e9)
+	if a, b := count('t'), count('x'); a != 0 || b != 0 {
+		t.Fatalf("after every window: %d remembered outcomes, %d expiry index entries", a, b)
+	}
+	check("after expiry")
+}

@@ -128,6 +128,7 @@ func (h *Hub) Next(shard uint32, after uint64, max int) ([]statemachine.LogEntry
 	cur := f.revision()
 	if after >= cur {
 		ch := f.notify
+		f.waited = true
 		f.mu.Unlock()
 		return nil, ch, nil
 	}
@@ -160,7 +161,8 @@ type feed struct {
 	ring      []statemachine.LogEntry // consecutive revisions
 	ringBytes int
 	last      uint64        // newest revision seen through Applied
-	notify    chan struct{} // closed and replaced on every advance
+	notify    chan struct{} // closed and replaced on an advance once Next handed it out
+	waited    bool          // Next handed out notify
 }
 
 // revision is the newest revision this replica has applied. The state
@@ -173,9 +175,16 @@ func (f *feed) revision() uint64 {
 	return f.last
 }
 
+// wake wakes those waiting for the shard to advance. With nobody waiting
+// (no watch on the node, or every watch busy sending) there is nothing to
+// close, and no new channel to make for each revision.
 func (f *feed) wake() {
+	if !f.waited {
+		return
+	}
 	close(f.notify)
 	f.notify = make(chan struct{})
+	f.waited = false
 }
 
 func changeBytes(cs *storev1.ChangeSet) int {
