@@ -37,34 +37,36 @@ type VersionReader interface {
 // MemStorage is an in-memory Storage, ordered by key. It backs engine tests
 // and the in-memory store of the simulator. Values are found by hash, and
 // the keys are put in order only when a Scan of their range needs them:
-// most writes change the value of a key that exists (a counter, a task
-// bound), and a store nobody reads by range (the simulator's: its engine
-// scans only its own small indexes, such as the outcomes' expiry) creates
-// and deletes data keys without ever ordering them.
+// the keys of a first byte (the engine's key kinds) are ordered from the
+// first Scan that reaches them on, and until then cost nothing but their
+// hash-map entry. Most writes change the value of a key that exists (a
+// counter, a task bound), and a store nobody reads by range (the
+// simulator's: its engine scans only its own small indexes, such as the
+// outcomes' expiry) creates and deletes data keys without ever ordering
+// them.
 type MemStorage struct {
-	values map[string]memValue
-	// keys holds the keys in order, but for fresh: the keys created
-	// since their range was last scanned (some since deleted or
-	// ordered), by first byte (the engine's key kinds), added to keys by
-	// the next Scan that reaches them.
-	keys  *btree.BTreeG[string]
-	fresh [256][]string
-}
-
-type memValue struct {
-	v       []byte
-	ordered bool // in keys
+	values map[string][]byte
+	// scanned marks the first bytes of the keys a Scan has reached:
+	// keys holds those keys in order, but for fresh[b], the keys of
+	// first byte b created since their range was last scanned (some
+	// since deleted or ordered), added to keys by the next Scan that
+	// reaches them. The keys of a first byte never scanned are in
+	// neither: the first Scan that reaches them finds them among all
+	// the values.
+	scanned [256]bool
+	keys    *btree.BTreeG[string]
+	fresh   [256][]string
 }
 
 var _ Storage = (*MemStorage)(nil)
 
 // NewMemStorage returns an empty MemStorage.
 func NewMemStorage() *MemStorage {
-	return &MemStorage{values: map[string]memValue{}, keys: btree.NewOrderedG[string](32)}
+	return &MemStorage{values: map[string][]byte{}, keys: btree.NewOrderedG[string](32)}
 }
 
 // Get implements Storage.
-func (m *MemStorage) Get(key []byte) ([]byte, error) { return m.values[string(key)].v, nil }
+func (m *MemStorage) Get(key []byte) ([]byte, error) { return m.values[string(key)], nil }
 
 // Set implements Storage.
 func (m *MemStorage) Set(key, value []byte) error {
@@ -72,25 +74,29 @@ func (m *MemStorage) Set(key, value []byte) error {
 	if v == nil {
 		v = []byte{} // present, if empty: Get tells it from an absent key
 	}
-	if old, ok := m.values[string(key)]; ok {
-		m.values[string(key)] = memValue{v: v, ordered: old.ordered}
+	b := firstByte(key)
+	if !m.scanned[b] {
+		m.values[string(key)] = v // one hash: no order to keep
+		return nil
+	}
+	if _, ok := m.values[string(key)]; ok {
+		m.values[string(key)] = v
 		return nil
 	}
 	k := string(key)
-	b := firstByte(k)
 	if len(m.fresh[b]) >= 2*len(m.values)+1024 {
 		m.compact(b)
 	}
-	m.values[k] = memValue{v: v}
+	m.values[k] = v
 	m.fresh[b] = append(m.fresh[b], k)
 	return nil
 }
 
 // Delete implements Storage.
 func (m *MemStorage) Delete(key []byte) error {
-	if e, ok := m.values[string(key)]; ok {
+	if _, ok := m.values[string(key)]; ok {
 		delete(m.values, string(key))
-		if e.ordered {
+		if m.scanned[firstByte(key)] {
 			m.keys.Delete(string(key))
 		}
 	}
@@ -101,16 +107,14 @@ func (m *MemStorage) Delete(key []byte) error {
 func (m *MemStorage) Scan(lower, upper []byte, fn func(key, value []byte) bool) error {
 	last := 255
 	if upper != nil {
-		last = firstByte(string(upper))
+		last = firstByte(upper)
 	}
-	for b := firstByte(string(lower)); b <= last; b++ {
-		m.order(b)
-	}
+	m.order(firstByte(lower), last)
 	m.keys.AscendGreaterOrEqual(string(lower), func(k string) bool {
 		if upper != nil && k >= string(upper) {
 			return false
 		}
-		return fn([]byte(k), m.values[k].v)
+		return fn([]byte(k), m.values[k])
 	})
 	return nil
 }
@@ -121,28 +125,44 @@ func (m *MemStorage) Scan(lower, upper []byte, fn func(key, value []byte) bool) 
 func (m *MemStorage) compact(b int) {
 	seen := make(map[string]bool, len(m.fresh[b]))
 	m.fresh[b] = slices.DeleteFunc(m.fresh[b], func(k string) bool {
-		e, ok := m.values[k]
-		drop := !ok || e.ordered || seen[k]
+		_, ok := m.values[k]
+		drop := !ok || seen[k] || m.keys.Has(k)
 		seen[k] = true
 		return drop
 	})
 }
 
-// order puts the fresh keys of first byte b that still exist in keys.
-func (m *MemStorage) order(b int) {
-	for _, k := range m.fresh[b] {
-		if e, ok := m.values[k]; ok && !e.ordered {
-			m.keys.ReplaceOrInsert(k)
-			m.values[k] = memValue{v: e.v, ordered: true}
+// order puts the keys of first bytes first to last that exist in keys:
+// the fresh ones of bytes scanned before, and every one of the others,
+// found in one pass over the values.
+func (m *MemStorage) order(first, last int) {
+	var unscanned [256]bool
+	found := false
+	for b := first; b <= last; b++ {
+		if !m.scanned[b] {
+			unscanned[b], m.scanned[b], found = true, true, true
+			continue
+		}
+		for _, k := range m.fresh[b] {
+			if _, ok := m.values[k]; ok {
+				m.keys.ReplaceOrInsert(k)
+			}
+		}
+		m.fresh[b] = m.fresh[b][:0]
+	}
+	if found {
+		for k := range m.values {
+			if unscanned[firstByte(k)] {
+				m.keys.ReplaceOrInsert(k)
+			}
 		}
 	}
-	m.fresh[b] = m.fresh[b][:0]
 }
 
-// firstByte is the bucket of fresh keys k goes in (the empty key, first
-// in order, with those of byte 0).
-func firstByte(k string) int {
-	if k == "" {
+// firstByte is the first byte of k, which decides how its order is kept
+// (the empty key, first in order, goes with the keys of byte 0).
+func firstByte[K string | []byte](k K) int {
+	if len(k) == 0 {
 		return 0
 	}
 	return int(k[0])

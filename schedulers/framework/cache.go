@@ -4,11 +4,13 @@ import "math/rand/v2"
 
 // Cache is what a profile keeps from one decision to the next. The
 // verdicts of its Static filters, by equivalence class and machine, so
-// that a decision runs them only on machines it has not seen before:
-// machines are told apart by their *Machine, so whoever builds snapshots
-// must give a machine whose labels, taints, object or schedulability
-// change a new *Machine (MachineView does: published machines are never
-// changed); at most maxCachedClasses classes are kept. And the buffers
+// that a decision runs them only on machines it has not seen before: a
+// verdict holds for the machine at its index in every snapshot with the
+// same Fixed (Snapshot.Fixed), whatever the machine's counters; in
+// snapshots whose Fixed is not known, machines are told apart by their
+// *Machine, so whoever builds those must give a machine whose labels,
+// taints, object or schedulability change a new *Machine. At most
+// maxCachedClasses classes are kept. And the buffers
 // of a decision (the machine order, rooms, their bounds and positions),
 // so that a decision about a few tasks in a large cell allocates
 // little. It is not safe for concurrent use: one decision at a time, as
@@ -67,10 +69,16 @@ type classVerdicts struct {
 	clean    bool
 }
 
-// staticVerdict is the static filters' verdict on machine m: staticPass
-// or the first refusal.
+// staticVerdict is the static filters' verdict on a machine: staticPass
+// or the first refusal. It was made on the machine of the snapshots of
+// Fixed fixed, or, when fixed is 0, on m. A verdict of a known Fixed
+// keeps no *Machine: a machine's counters change far more often than its
+// fixed attributes, and each change is a new *Machine, with its own
+// counter maps, which a verdict would otherwise keep from being
+// collected long after the view has moved on.
 type staticVerdict struct {
 	m      *Machine
+	fixed  uint64
 	status *Status
 }
 
@@ -99,9 +107,9 @@ var staticPass = &Status{Code: Success}
 // filters look only at what a plan never changes, so the snapshot's
 // machine stands for its view.
 func (s *scheduling) static(cv *classVerdicts, t *Task, idx int) *Status {
-	m := s.snap.Machines[idx]
+	m, fixed := s.snap.Machines[idx], s.snap.Fixed
 	v := &cv.verdicts[idx]
-	if v.m == m {
+	if v.status != nil && (fixed != 0 && v.fixed == fixed || fixed == 0 && v.m == m) {
 		s.staticHits++
 		return v.status
 	}
@@ -112,6 +120,9 @@ func (s *scheduling) static(cv *classVerdicts, t *Task, idx int) *Status {
 			break
 		}
 	}
-	*v = staticVerdict{m: m, status: st}
+	*v = staticVerdict{fixed: fixed, status: st}
+	if fixed == 0 {
+		v.m = m
+	}
 	return st
 }

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"time"
 
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/troupe-cluster/troupe/clientlib"
@@ -41,9 +40,9 @@ func take(g *clientlib.Group, m *Machine, deltas map[string]int64, claims int, m
 // its Binding object deleted; the caller gives its requests back to the
 // machine.
 func evict(g *clientlib.Group, v *Running, p Placement) {
-	pending := proto.Clone(v.Task).(*troupev1.Task)
-	pending.Binding = nil
-	pending.Status = &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_PENDING, Reason: "preempted by " + p.Task.Key}
+	t := v.Task // shared with the scheduler's cache: read, never written (as by EncodeBinding)
+	pending := &troupev1.Task{Metadata: t.GetMetadata(), Spec: t.GetSpec(), Charge: t.GetCharge(),
+		Status: &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_PENDING, Reason: "preempted by " + p.Task.Key}}
 	clientlib.PutObject(g, clientlib.Tasks, pending)
 	g.Delete(clientlib.BindingKey(v.Task))
 }
@@ -255,12 +254,14 @@ func deltasOf(members []Placement) map[string]int64 {
 
 // GroupPlacements splits placements into the request's groups: one per
 // placement, or one per machine in Coarse and CoarseClaims mode (in
-// order of first appearance).
+// order of first appearance). A group of one placement is a slice of ps
+// (read it, do not change it).
 func GroupPlacements(ps []Placement, modes Modes) [][]Placement {
 	var groups [][]Placement
 	if modes.Conflict == Fine {
-		for _, p := range ps {
-			groups = append(groups, []Placement{p})
+		groups = make([][]Placement, len(ps))
+		for i := range ps {
+			groups[i] = ps[i : i+1 : i+1]
 		}
 		return groups
 	}

@@ -214,7 +214,7 @@ func runLoop(t *testing.T, cfg sim.Config, jobs []workload.Job) []string {
 				continue
 			}
 			commit("end "+key, func(tx *clientlib.Txn) {
-				if _, err := sim.End(tx.Group(), task); err != nil {
+				if err := sim.End(tx.Group(), task); err != nil {
 					t.Fatal(err)
 				}
 			})

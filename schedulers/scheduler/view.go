@@ -52,13 +52,20 @@ type viewEntry struct {
 	versions map[string]uint64
 	copied   uint64 // the update (MachineView.generation) that last copied alloc and versions
 	// base is the machine as published but for its counters, from obj
-	// (flattened without them), and free the free-room buckets of its
-	// capacity's resources, in the order of resources; counted are the
-	// buckets the published machine counts in (see count).
+	// (flattened without them), and resources its capacity's, each with
+	// its free-room buckets and the one the published machine counts in
+	// (see count): together, as every change of its counters reads them.
 	base      framework.Machine
-	resources []string
-	free      []*[65]int
-	counted   []*int
+	resources []viewResource
+}
+
+// viewResource is a resource of a machine's capacity in the view's
+// free-room buckets (MachineView.free): those of the resource, and the
+// one the machine counts in (-1: none).
+type viewResource struct {
+	name    string
+	buckets *[65]int
+	counted int
 }
 
 // NewMachineView returns an empty view.
@@ -87,14 +94,15 @@ func (v *MachineView) SetMachine(m *troupev1.Machine) {
 		Unschedulable: m.GetSpec().GetUnschedulable() || m.GetStatus().GetPhase() == troupev1.MachinePhase_MACHINE_PHASE_LOST,
 	}
 	e.base.Flatten()
-	e.resources, e.free = e.resources[:0], e.free[:0]
+	v.uncount(e)
+	e.resources = e.resources[:0]
 	for r := range e.base.Capacity {
 		b := v.free[r]
 		if b == nil {
 			b = &[65]int{}
 			v.free[r] = b
 		}
-		e.resources, e.free = append(e.resources, r), append(e.free, b)
+		e.resources = append(e.resources, viewResource{name: r, buckets: b, counted: -1})
 	}
 	v.publish(e)
 }
@@ -204,10 +212,8 @@ func allocOf(key string) (machine, resource string, ok bool) {
 // publish rebuilds the decision view of machine e.name from e.
 func (v *MachineView) publish(e *viewEntry) {
 	i, listed := e.at, e.at >= 0
-	if listed {
-		v.uncount(e)
-	}
 	if e.obj == nil {
+		v.uncount(e)
 		if listed { // swap-remove
 			last := len(v.machines) - 1
 			v.machines[i], v.rooms[i] = v.machines[last], v.rooms[last]
@@ -239,25 +245,37 @@ func (v *MachineView) wrote(i int) {
 	v.changed = append(v.changed, i)
 }
 
-// count adds m, e's machine as published, to the free-room buckets of
-// its resources, and records where in counted.
+// count counts m, e's machine as published, in the free-room buckets
+// of its resources (none if it is unschedulable), instead of e's
+// machine as published before.
 func (v *MachineView) count(e *viewEntry, m *framework.Machine) {
-	if m.Unschedulable {
-		return
-	}
-	for k, r := range e.resources {
-		n := &e.free[k][bits.Len64(uint64(max(m.Free(r), 0)))]
-		*n++
-		e.counted = append(e.counted, n)
+	for k := range e.resources {
+		r := &e.resources[k]
+		b := -1
+		if !m.Unschedulable {
+			b = bits.Len64(uint64(max(m.Free(r.name), 0)))
+		}
+		if b != r.counted { // most changes of a counter leave its bucket
+			if r.counted >= 0 {
+				r.buckets[r.counted]--
+			}
+			if b >= 0 {
+				r.buckets[b]++
+			}
+			r.counted = b
+		}
 	}
 }
 
 // uncount takes e's published machine out of the free-room buckets.
 func (v *MachineView) uncount(e *viewEntry) {
-	for _, n := range e.counted {
-		*n--
+	for k := range e.resources {
+		r := &e.resources[k]
+		if r.counted >= 0 {
+			r.buckets[r.counted]--
+			r.counted = -1
+		}
 	}
-	e.counted = e.counted[:0]
 }
 
 // maxFree bounds what any schedulable machine has free, by resource.
@@ -315,7 +333,8 @@ func (v *MachineView) Snapshot(jobTasks map[string]int, job string) *framework.S
 
 // Refilled is a snapshot that Refill makes again for one decision after
 // another, and what it holds of the view: for a caller done with the
-// decision the snapshot served, so that deciding often in a large cell
+// decision the snapshot served (and its plan, whose placements point at
+// the snapshot's machines), so that deciding often in a large cell
 // allocates little and copies little. The zero value is ready (an empty
 // snapshot); Refill sets its Machines, Rooms, MaxFree and Fixed and
 // leaves its other fields alone.
@@ -323,19 +342,22 @@ type Refilled struct {
 	framework.Snapshot
 	// epoch and seen are where in the view's log of changed positions
 	// Machines and Rooms stand, and copied are the positions of the
-	// last job's copies of machines.
+	// last job's copies of machines, which copies holds: the next
+	// job's are made in the same array.
 	epoch  uint64
 	seen   int
 	copied []int
+	copies []framework.Machine
 }
 
 // Refill makes r's snapshot what Snapshot returns. Machines and Rooms
 // are refreshed, not copied: only the positions written since the last
 // Refill of r (machines published again, or copied for the job) are,
 // which in a large cell is a few of thousands per decision. The copies
-// for the job are made in one allocation, and those with the same count
-// of the job's tasks share their JobTasks (a snapshot's machines are
-// read, never changed).
+// for the job are made in the array of the last job's (a job's tasks
+// may be on thousands of machines), and those with the same count of
+// the job's tasks share their JobTasks (a snapshot's machines are read,
+// never changed).
 func (v *MachineView) Refill(r *Refilled, jobTasks map[string]int, job string) {
 	v.mu.Lock()
 	on := make([]MachineTasks, 0, len(jobTasks))
@@ -386,7 +408,10 @@ func (v *MachineView) refresh(r *Refilled) {
 // copyFor puts copies of the machines of on, with the job's tasks, in
 // r's Machines.
 func (r *Refilled) copyFor(on []MachineTasks, job string) {
-	copies := make([]framework.Machine, len(on))
+	if cap(r.copies) < len(on) {
+		r.copies = make([]framework.Machine, len(on))
+	}
+	copies := r.copies[:len(on)]
 	counts := map[int]map[string]int{}
 	r.copied = r.copied[:0]
 	for k, o := range on {

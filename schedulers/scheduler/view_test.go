@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"testing"
 
@@ -11,8 +12,10 @@ import (
 
 // The view's MaxFree bounds what any schedulable machine has free, within
 // a factor of two, as machines and counters change; cordoned machines do
-// not count. Its Rooms are the machines' free room, as machines come and
-// go, and its machines are flattened (framework.Machine.Usage).
+// not count: its free-room buckets count exactly the schedulable
+// machines, as they are cordoned, deleted and registered again. Its Rooms
+// are the machines' free room, as machines come and go, and its machines
+// are flattened (framework.Machine.Usage).
 func TestMachineViewMaxFree(t *testing.T) {
 	v := NewMachineView()
 	r := rand.New(rand.NewPCG(1, 2))
@@ -24,8 +27,12 @@ func TestMachineViewMaxFree(t *testing.T) {
 	for step := range 500 {
 		m := r.IntN(n)
 		v.SetCounter(fmt.Sprintf("/alloc/m%d/cpu", m), r.Int64N(4001), uint64(step+1))
-		if step%50 == 0 {
+		switch step % 50 {
+		case 0:
 			v.DeleteMachine(fmt.Sprintf("m%d", r.IntN(n)))
+		case 10, 20, 30, 40:
+			v.SetMachine(&troupev1.Machine{Metadata: &troupev1.ObjectMeta{Name: fmt.Sprintf("m%d", r.IntN(n))},
+				Spec: &troupev1.MachineSpec{Capacity: map[string]int64{"cpu": 4000}, Unschedulable: r.IntN(2) == 0}})
 		}
 		snap := v.Snapshot(nil, "")
 		for i, fm := range snap.Machines {
@@ -40,10 +47,15 @@ func TestMachineViewMaxFree(t *testing.T) {
 			}
 		}
 		var most int64
+		var buckets [65]int
 		for _, fm := range snap.Machines {
 			if !fm.Unschedulable {
 				most = max(most, fm.Free("cpu"))
+				buckets[bits.Len64(uint64(max(fm.Free("cpu"), 0)))]++
 			}
+		}
+		if *v.free["cpu"] != buckets {
+			t.Fatalf("step %d: free-room buckets %v, want %v", step, *v.free["cpu"], buckets)
 		}
 		if bound := snap.MaxFree["cpu"]; bound < most || (most > 0 && bound > 2*most) {
 			t.Fatalf("step %d: bound %d for a largest free room of %d", step, bound, most)

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/troupe-cluster/troupe/clientlib"
@@ -12,16 +13,60 @@ import (
 // The encoder (Simulator.encoder) is the simulator's second goroutine:
 // it validates and encodes writes whose values depend only on what it is
 // handed, while the events go on: a decision's placements as its plan
-// makes them, and the next arrival's tasks.
+// makes them, and the next arrival's tasks. Each piece of work is done by
+// whichever comes to it first: the encoder, or the events once they need
+// its result (or find the encoder's queue full), so that they wait at
+// most for the piece the encoder is doing.
+
+// work is one piece of the encoder's work.
+type work struct {
+	fn    func()
+	taken atomic.Bool
+	done  chan struct{} // closed when fn has run
+}
+
+func newWork(fn func()) *work { return &work{fn: fn, done: make(chan struct{})} }
+
+// run does w unless it is taken already.
+func (w *work) run() {
+	if w.taken.CompareAndSwap(false, true) {
+		w.fn()
+		close(w.done)
+	}
+}
+
+// wait returns once w is done, doing it if it is not taken yet.
+func (w *work) wait() {
+	w.run()
+	<-w.done
+}
+
+// send hands w to the encoder, or does it now if the encoder's queue is
+// full.
+func (s *Simulator) send(w *work) {
+	select {
+	case s.encoder <- w:
+	default:
+		w.run()
+	}
+}
+
+// encode runs the work sent on ch, in turn (what is taken already is
+// passed over).
+func encode(ch <-chan *work) {
+	for w := range ch {
+		w.run()
+	}
+}
 
 // newTasks are a job's tasks, made and encoded for their creation by
-// kind at time at (on the encoder when done is set).
+// kind at time at (by made, when set: see work).
 type newTasks struct {
 	at      time.Duration
 	kind    string
 	tasks   []*troupev1.Task
 	encoded []clientlib.Encoded[*troupev1.Task]
-	done    chan struct{} // closed when made
+	made    *work
 }
 
 // ahead has job's tasks made on the encoder, for its arrival (nil: no
@@ -31,11 +76,9 @@ func (s *Simulator) ahead(job workload.Job) *newTasks {
 	if sc == nil || s.encoder == nil {
 		return nil
 	}
-	nt := &newTasks{at: job.Submit, kind: sc.cfg.Kind, done: make(chan struct{})}
-	s.encoder <- func() {
-		nt.make(s.store, job)
-		close(nt.done)
-	}
+	nt := &newTasks{at: job.Submit, kind: sc.cfg.Kind}
+	nt.made = newWork(func() { nt.make(s.store, job) })
+	s.send(nt.made)
 	return nt
 }
 
@@ -55,10 +98,10 @@ type bindingEncoder struct {
 	scheduler string
 	commitAt  time.Time
 	batch     []framework.Placement
-	// encoded are the batches' writes, each batch's filled in by the
-	// encoder; done is closed once every batch sent is.
+	// encoded are the batches' writes, each batch's filled in by its
+	// work in sent.
 	encoded []*[]*framework.EncodedBinding
-	done    chan struct{}
+	sent    []*work
 }
 
 // encodeBatch is how many placements are sent to the encoder at once.
@@ -70,7 +113,7 @@ func (s *Simulator) encodeBindings(scheduler string, commitAt time.Time) *bindin
 	if s.encoder == nil {
 		return nil
 	}
-	return &bindingEncoder{s: s, scheduler: scheduler, commitAt: commitAt, done: make(chan struct{})}
+	return &bindingEncoder{s: s, scheduler: scheduler, commitAt: commitAt}
 }
 
 func (e *bindingEncoder) add(p framework.Placement) {
@@ -83,13 +126,15 @@ func (e *bindingEncoder) send() {
 	ps, out := e.batch, new([]*framework.EncodedBinding)
 	e.batch, e.encoded = nil, append(e.encoded, out)
 	st, scheduler, at := e.s.store, e.scheduler, e.commitAt
-	e.s.encoder <- func() {
+	w := newWork(func() {
 		encoded := make([]*framework.EncodedBinding, len(ps))
 		for i, p := range ps {
 			encoded[i] = framework.EncodeBinding(st, p, scheduler, at)
 		}
 		*out = encoded
-	}
+	})
+	e.sent = append(e.sent, w)
+	e.s.send(w)
 }
 
 // flush sends what is left once the plan is made.
@@ -100,7 +145,6 @@ func (e *bindingEncoder) flush() {
 	if len(e.batch) > 0 {
 		e.send()
 	}
-	e.s.encoder <- func() { close(e.done) }
 }
 
 // wait sets the encoded writes of plan's placements once they are made.
@@ -108,7 +152,9 @@ func (e *bindingEncoder) wait(plan *framework.Plan) *framework.Plan {
 	if e == nil {
 		return plan
 	}
-	<-e.done
+	for _, w := range e.sent {
+		w.wait()
+	}
 	i := 0
 	for _, out := range e.encoded {
 		for _, enc := range *out {
@@ -117,11 +163,4 @@ func (e *bindingEncoder) wait(plan *framework.Plan) *framework.Plan {
 		}
 	}
 	return plan
-}
-
-// work runs the functions sent on ch, in turn.
-func work(ch <-chan func()) {
-	for fn := range ch {
-		fn()
-	}
 }

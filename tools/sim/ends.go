@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/troupe-cluster/troupe/clientlib"
-	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 	"github.com/troupe-cluster/troupe/schedulers/framework"
 	"github.com/troupe-cluster/troupe/schedulers/scheduler"
 )
@@ -49,21 +48,21 @@ func (s *Simulator) endAt(js *jobState, i int32, t time.Duration) {
 
 // end finishes the runs refs of js's tasks that are still current (not
 // preempted or lost since): their bindings go and they leave the store
-// in one commit, their requests are given back, and the schedulers'
-// waiting jobs that their machines' room helps wake.
+// in one commit, their requests are given back, they become the
+// simulator's ended task, and the schedulers' waiting jobs that their
+// machines' room helps wake.
 func (s *Simulator) end(js *jobState, refs []endRef) {
 	tx := clientlib.NewTxn(s.store)
-	ending, done := refs[:0], make([]*troupev1.Task, 0, len(refs))
+	ending := refs[:0]
 	for _, r := range refs {
 		if js.runs[r.i] != r.run {
 			continue
 		}
-		t, err := End(tx.Group(), js.tasks[r.i])
-		if err != nil {
+		if err := End(tx.Group(), js.tasks[r.i]); err != nil {
 			s.fail(err)
 			return
 		}
-		ending, done = append(ending, r), append(done, t)
+		ending = append(ending, r)
 	}
 	if len(ending) == 0 {
 		return
@@ -76,13 +75,19 @@ func (s *Simulator) end(js *jobState, refs []endRef) {
 		s.fail(fmt.Errorf("sim: end %d tasks of %s: %w", len(ending), js.job.ID, err))
 		return
 	}
-	machines, seen := make([]*simMachine, 0, len(ending)), make(map[*simMachine]bool, len(ending))
-	for n, r := range ending {
-		m := s.byName[done[n].GetStatus().GetMachine()]
-		done[n].Metadata.Version = out.Groups[n].Revision
-		js.set(r.i, done[n])
+	// The machines whose room may wake jobs, if any job waits.
+	var (
+		machines []*simMachine
+		seen     map[*simMachine]bool
+	)
+	if len(s.waiting) > 0 {
+		machines, seen = make([]*simMachine, 0, len(ending)), make(map[*simMachine]bool, len(ending))
+	}
+	for _, r := range ending {
+		m := s.byName[js.tasks[r.i].GetBinding().GetMachine()]
+		js.set(r.i, s.ended)
 		s.bind(m, js, r.i, -1)
-		if !seen[m] {
+		if seen != nil && !seen[m] {
 			machines, seen[m] = append(machines, m), true
 		}
 	}

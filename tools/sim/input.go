@@ -7,7 +7,6 @@ package sim
 import (
 	"time"
 
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/troupe-cluster/troupe/clientlib"
@@ -32,14 +31,15 @@ func MachineObject(m workload.Machine) *troupev1.Machine {
 // Tasks returns the tasks the simulator submits job as, pending for
 // schedulers of kind, at virtual time now, in namespace "sim". A task's
 // index is its position in the job (traces may skip indices). The tasks
-// share the messages they have alike (constraints, submission time, and
-// the template of a run of tasks with the same requests): the simulator
+// share the messages they have alike (constraints, submission time,
+// status, and the template of a run of tasks with the same requests): the simulator
 // changes a task by copying it, never a message in place, and a job of
 // thousands of tasks is made with a few maps, not thousands.
 func Tasks(job workload.Job, kind string, now time.Duration) []*troupev1.Task {
 	tasks := make([]*troupev1.Task, 0, len(job.Tasks))
 	constraints := &troupev1.Constraints{DistinctMachines: job.DistinctMachines, MatchLabels: job.MatchLabels}
 	submitted := timestampAt(now)
+	pending := &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_PENDING}
 	var template *troupev1.TaskTemplate
 	for pos, t := range job.Tasks {
 		if pos == 0 || t.CPU != job.Tasks[pos-1].CPU || t.Memory != job.Tasks[pos-1].Memory {
@@ -50,7 +50,7 @@ func Tasks(job workload.Job, kind string, now time.Duration) []*troupev1.Task {
 			Metadata: &troupev1.ObjectMeta{Name: clientlib.TaskName(job.ID, index), Namespace: "sim"},
 			Spec: &troupev1.TaskSpec{Job: job.ID, Index: index, Type: jobType(job.Type), Priority: job.Priority, Scheduler: kind,
 				Constraints: constraints, Submitted: submitted, Template: template},
-			Status: &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_PENDING},
+			Status: pending,
 		})
 	}
 	return tasks
@@ -59,19 +59,15 @@ func Tasks(job workload.Job, kind string, now time.Duration) []*troupev1.Task {
 // End writes into g the end of task t, bound to a machine: it is unbound
 // (its requests given back) and leaves the store, as the cell's garbage
 // collector would take it once succeeded; no reader of the simulated cell
-// tells the two apart, and a delete costs no encoding. It returns the
-// task as it ended (succeeded), for the simulator's own account: its
-// metadata its own, its spec shared with t.
-func End(g *clientlib.Group, t *troupev1.Task) (*troupev1.Task, error) {
-	m := t.GetBinding().GetMachine()
+// tells the two apart, and a delete costs no encoding.
+func End(g *clientlib.Group, t *troupev1.Task) error {
 	key, err := clientlib.Tasks.Key(t)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	clientlib.Release(g, t)
 	g.Delete(key)
-	return &troupev1.Task{Metadata: proto.CloneOf(t.GetMetadata()), Spec: t.GetSpec(), Charge: t.GetCharge(),
-		Status: &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_SUCCEEDED, Machine: m}}, nil
+	return nil
 }
 
 // Epoch is the wall time virtual time 0 maps to.

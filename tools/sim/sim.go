@@ -22,7 +22,7 @@
 // depends only on what it is handed when the work is sent: the encoding
 // of the writes of a decision's placements, as its plan is made, and of
 // the next arrival's tasks. The events wait for that work only where
-// they use it.
+// they use it, and do what the encoder has not begun of it themselves.
 package sim
 
 import (
@@ -37,8 +37,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"google.golang.org/protobuf/proto"
 
 	"github.com/troupe-cluster/troupe/cellstore/memstore"
 	"github.com/troupe-cluster/troupe/clientlib"
@@ -84,7 +82,9 @@ type Config struct {
 	Progress func(virtual time.Duration, events uint64)
 	// Observe, if set, is called after each decision's commit with its
 	// virtual time, the scheduler's name and the decision, as the cell's
-	// instances report theirs (scheduler.Config.Observe).
+	// instances report theirs (scheduler.Config.Observe). The machines of
+	// the decision's plan are the scheduler's snapshot's, made again for
+	// its next decision: read them before Observe returns.
 	Observe func(at time.Duration, scheduler string, d scheduler.Decision)
 }
 
@@ -124,15 +124,12 @@ type Simulator struct {
 	backgrounded int
 	store        *memstore.Store
 	view         *scheduler.MachineView
-	// snap is the snapshot of the decision being made, refilled for the
-	// next (decisions are made one at a time).
-	snap   scheduler.Refilled
-	scheds []*simScheduler
+	scheds       []*simScheduler
 	// encoder does, in turn, work whose result depends only on what it
 	// is given, while the simulation goes on: the encoding of the writes
 	// of a decision's placements as its plan is made (see decide) and of
 	// the next arrival's tasks (see ahead); nil outside Run.
-	encoder chan func()
+	encoder chan *work
 	jobs    map[string]*jobState // by "<ns>/<name>"
 	// waiting are the waits of jobs whose tasks fit nowhere, in the
 	// order they began (as the cell's instances wake them); a task's end
@@ -165,8 +162,15 @@ type Simulator struct {
 	// decide's of the job's tasks to place.
 	counters []scheduler.CounterValue
 	pending  []*framework.Task
-	stats    *Stats
-	err      error
+	// bound and ended are what the tasks of the simulator's account
+	// share (it changes a task by copying it, never a message in
+	// place): the status of a bound task, and the task a run ended as
+	// (end), of which the simulator reads only that it is neither
+	// pending nor bound.
+	bound *troupev1.TaskStatus
+	ended *troupev1.Task
+	stats *Stats
+	err   error
 }
 
 // jobState is a job the simulator follows.
@@ -181,6 +185,7 @@ type jobState struct {
 	// positions in the view (nil: to be worked out; dropped when the job
 	// is no longer decided about).
 	ftasks  []*framework.Task
+	keys    []string // the tasks' store keys ("": to be made)
 	unbound []int32
 	shapes  []framework.Room
 	on      map[string]int
@@ -211,7 +216,8 @@ func New(cfg Config) (*Simulator, error) {
 	}
 	s := &Simulator{cfg: cfg, view: scheduler.NewMachineView(), jobs: map[string]*jobState{}, byName: map[string]*simMachine{},
 		evictable: map[int32][]framework.Evictable{}, stats: newStats(cfg.Schedulers), capacity: map[string]int64{},
-		ending: map[endKey][]endRef{}}
+		ending: map[endKey][]endRef{}, bound: &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_BOUND},
+		ended: &troupev1.Task{Status: &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_SUCCEEDED}}}
 	for n, m := range cfg.Machines {
 		s.cpuTotal += m.CPU
 		s.capacity[clientlib.AllocKey(m.Name, "cpu")], s.capacity[clientlib.AllocKey(m.Name, "memory")] = m.CPU, m.Memory
@@ -230,7 +236,6 @@ func New(cfg Config) (*Simulator, error) {
 	}
 	s.store = store
 	s.store.Observe(s.observe)
-	s.snap.Running, s.snap.Preemptible = s.running, s.preemptible
 	for i, sc := range cfg.Schedulers {
 		prof, modes, err := profiles.New(sc.Kind, rand.New(rand.NewPCG(cfg.Seed, uint64(i))))
 		if err != nil {
@@ -239,7 +244,9 @@ func New(cfg Config) (*Simulator, error) {
 		if sc.Modes != nil {
 			modes = *sc.Modes
 		}
-		s.scheds = append(s.scheds, &simScheduler{cfg: sc, profile: prof, modes: modes, index: i})
+		sched := &simScheduler{cfg: sc, profile: prof, modes: modes, index: i}
+		sched.snap.Running, sched.snap.Preemptible = s.running, s.preemptible
+		s.scheds = append(s.scheds, sched)
 	}
 	objs, err := s.register()
 	if err != nil {
@@ -251,7 +258,7 @@ func New(cfg Config) (*Simulator, error) {
 		if !ok || s.machines[i] != nil {
 			return nil, fmt.Errorf("sim: machine %s twice or not in the view", m.Name)
 		}
-		s.machines[i] = &simMachine{name: m.Name, index: i, obj: objs[n]}
+		s.machines[i] = &simMachine{name: m.Name, index: i, obj: objs[n], binding: &troupev1.TaskBinding{Machine: m.Name}}
 		s.byName[m.Name] = s.machines[i]
 		if cfg.Failures != nil {
 			s.machines[i].failures = newFailureStream(cfg.Seed, n)
@@ -354,10 +361,11 @@ func (s *Simulator) Run(ctx context.Context, jobs workload.Source) (*Stats, erro
 	if err := s.prefill(ctx, workload.PrefillOf(jobs)); err != nil {
 		return nil, err
 	}
-	// A short queue: the events wait when the encoder falls behind.
-	s.encoder = make(chan func(), len(s.scheds)+1)
+	// A short queue: the events do the work themselves when the
+	// encoder falls behind.
+	s.encoder = make(chan *work, len(s.scheds)+1)
 	defer close(s.encoder)
-	go work(s.encoder)
+	go encode(s.encoder)
 	next, err := jobs.Next()
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, err
@@ -445,7 +453,7 @@ func (s *Simulator) arrive(job workload.Job, made *newTasks, jobs workload.Sourc
 // them: those made ahead if they are for now, else made at once.
 func (s *Simulator) createTasks(js *jobState, made *newTasks) error {
 	if made != nil {
-		<-made.done
+		made.made.wait()
 	}
 	if made == nil || made.at != s.now { // made ahead for another time (an arrival scheduled late)
 		made = &newTasks{at: s.now, kind: js.sched.cfg.Kind}
@@ -463,7 +471,8 @@ func (s *Simulator) createTasks(js *jobState, made *newTasks) error {
 	if err != nil {
 		return err
 	}
-	js.tasks, js.ftasks, js.runs, js.slots = make([]*troupev1.Task, len(tasks)), make([]*framework.Task, len(tasks)), make([]int, len(tasks)), make([]int32, len(tasks))
+	js.tasks, js.ftasks, js.keys = make([]*troupev1.Task, len(tasks)), make([]*framework.Task, len(tasks)), make([]string, len(tasks))
+	js.runs, js.slots = make([]int, len(tasks)), make([]int32, len(tasks))
 	for i, g := range out.Groups {
 		tasks[i].Metadata.Version = g.Revision
 		js.set(int32(i), tasks[i])
@@ -551,7 +560,7 @@ func (s *Simulator) decide(sc *simScheduler) {
 			js.onAt = append(js.onAt, scheduler.MachineTasks{At: s.byName[name].index, Tasks: n})
 		}
 	}
-	s.view.RefillAt(&s.snap, js.onAt, js.key)
+	s.view.RefillAt(&sc.snap, js.onAt, js.key)
 	took := sc.cfg.Decision.For(len(pending))
 	start := s.now
 	enc := s.encodeBindings(sc.cfg.Name, epoch.Add(start+took))
@@ -559,7 +568,7 @@ func (s *Simulator) decide(sc *simScheduler) {
 	if enc != nil {
 		p.Placed = enc.add
 	}
-	plan := framework.Schedule(p, &s.snap.Snapshot, pending)
+	plan := framework.Schedule(p, &sc.snap.Snapshot, pending)
 	enc.flush()
 	s.at(s.now+took, func() { s.finishDecision(sc, js, enc.wait(plan), start) })
 }
@@ -623,11 +632,10 @@ func (s *Simulator) placed(js *jobState, p framework.Placement, res *framework.R
 	version := res.TaskVersions[p.Task.Key] // one shard: the whole commit's revision
 	for _, v := range p.Victims {
 		victim, i := s.jobs[v.Job], v.Task.GetSpec().GetIndex()
-		t := victim.clone(i)
+		t := victim.clone(i, version)
 		s.bind(s.byName[t.GetBinding().GetMachine()], victim, i, -1)
 		t.Binding = nil
 		t.Status = &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_PENDING, Reason: "preempted by " + p.Task.Key}
-		t.Metadata.Version = version
 		victim.set(i, t)
 		victim.runs[i]++ // its end event is void now
 		victim.done = false
@@ -635,12 +643,10 @@ func (s *Simulator) placed(js *jobState, p framework.Placement, res *framework.R
 		s.enqueue(victim)
 	}
 	i := p.Task.Task.GetSpec().GetIndex()
-	t := js.clone(i)
-	t.Binding = &troupev1.TaskBinding{Machine: p.Machine.Name}
-	t.Status = &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_BOUND}
-	t.Metadata.Version = version
-	js.set(i, t)
 	m := s.byName[p.Machine.Name]
+	t := js.clone(i, version)
+	t.Binding, t.Status = m.binding, s.bound
+	js.set(i, t)
 	s.bind(m, js, i, 1)
 	js.runs[i]++
 	if m.down {
@@ -710,19 +716,32 @@ func (s *Simulator) running(machine string) []*framework.Running {
 	refs := m.sortedTasks()
 	m.running = make([]*framework.Running, 0, len(refs))
 	for _, r := range refs {
-		ft := r.js.ftask(r.i)
-		m.running = append(m.running, &framework.Running{Key: ft.Key, Task: ft.Task, Job: ft.Job, Priority: ft.Priority, Requests: ft.Requests})
+		// As framework.NewTask describes the task, without making the
+		// description, which a bound task has no use for.
+		t := r.js.tasks[r.i]
+		m.running = append(m.running, &framework.Running{Key: r.js.taskKey(r.i), Task: t, Job: r.js.key,
+			Priority: t.GetSpec().GetPriority(), Requests: t.GetSpec().GetTemplate().GetRequests()})
 	}
 	return m.running
 }
 
-// clone returns a copy of task i to change and set: decisions in flight
-// hold the task as it was. Its metadata is its own to change; the rest is
-// shared: a binding or status is replaced, never changed in place.
-func (js *jobState) clone(i int32) *troupev1.Task {
+// clone returns a copy of task i at version to change and set:
+// decisions in flight hold the task as it was. Its metadata is its own;
+// the rest is shared: a binding or status is replaced, never changed in
+// place.
+func (js *jobState) clone(i int32, version uint64) *troupev1.Task {
 	t := js.tasks[i]
-	return &troupev1.Task{Metadata: proto.CloneOf(t.GetMetadata()), Spec: t.GetSpec(), Charge: t.GetCharge(),
+	return &troupev1.Task{Metadata: withVersion(t.GetMetadata(), version), Spec: t.GetSpec(), Charge: t.GetCharge(),
 		Binding: t.GetBinding(), Status: t.GetStatus()}
+}
+
+// withVersion returns a copy of m at version, sharing its maps and
+// messages (never changed in place). It names the fields, as
+// proto.Clone, by reflection, costs several times as much
+// (TestWithVersionKeepsEveryField sees that none is left out).
+func withVersion(m *troupev1.ObjectMeta, version uint64) *troupev1.ObjectMeta {
+	return &troupev1.ObjectMeta{Name: m.GetName(), Namespace: m.GetNamespace(), Uid: m.GetUid(), Labels: m.GetLabels(),
+		Annotations: m.GetAnnotations(), Version: version, Created: m.GetCreated()}
 }
 
 // set makes t task i of the job, keeping what follows from the tasks.
@@ -750,10 +769,17 @@ func (js *jobState) set(i int32, t *troupev1.Task) {
 // ftask returns task i as decisions take it.
 func (js *jobState) ftask(i int32) *framework.Task {
 	if js.ftasks[i] == nil {
-		key, _ := clientlib.Tasks.Key(js.tasks[i])
-		js.ftasks[i] = framework.NewTask(key, js.tasks[i])
+		js.ftasks[i] = framework.NewTask(js.taskKey(i), js.tasks[i])
 	}
 	return js.ftasks[i]
+}
+
+// taskKey returns the store key of task i, which its changes keep.
+func (js *jobState) taskKey(i int32) string {
+	if js.keys[i] == "" {
+		js.keys[i], _ = clientlib.Tasks.Key(js.tasks[i])
+	}
+	return js.keys[i]
 }
 
 // waitingFor returns what a machine must offer to wake the job
@@ -790,6 +816,8 @@ type simMachine struct {
 	name  string
 	index int // in the view's snapshots
 	obj   *troupev1.Machine
+	// binding is the binding of the tasks bound to it, which they share.
+	binding *troupev1.TaskBinding
 	// tasks are the tasks bound to it, in no order (see bind).
 	tasks    []taskRef
 	running  []*framework.Running // nil: to be worked out
@@ -816,7 +844,9 @@ type taskRef struct {
 	i  int32
 }
 
-// simScheduler is one simulated scheduler.
+// simScheduler is one simulated scheduler. snap is the snapshot of its
+// decisions, refilled for each (scheduler.Refilled): a scheduler's
+// decision is over, its plan committed, when it starts the next.
 type simScheduler struct {
 	cfg     SchedulerConfig
 	profile framework.Profile
@@ -824,6 +854,7 @@ type simScheduler struct {
 	index   int
 	queue   []*jobState
 	busy    bool
+	snap    scheduler.Refilled
 }
 
 // event is something that happens at a virtual time; ties keep their

@@ -6,10 +6,15 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
 	"github.com/troupe-cluster/troupe/clientlib"
+	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 	"github.com/troupe-cluster/troupe/schedulers/framework"
 	"github.com/troupe-cluster/troupe/schedulers/profiles"
 	"github.com/troupe-cluster/troupe/schedulers/scheduler"
@@ -323,6 +328,64 @@ func TestCounterOverCapacityFails(t *testing.T) {
 		}
 		if (s.err != nil) != c.over {
 			t.Fatalf("%s cpu %+d: the run's error is %v", c.machine, c.add, s.err)
+		}
+	}
+}
+
+// withVersion copies every field of the metadata but the version, which
+// it sets: each field in turn is set and must be in the copy.
+func TestWithVersionKeepsEveryField(t *testing.T) {
+	fields := (&troupev1.ObjectMeta{}).ProtoReflect().Descriptor().Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		meta := &troupev1.ObjectMeta{Name: "t", Namespace: "sim", Version: 3}
+		m := meta.ProtoReflect()
+		switch {
+		case fd.IsMap():
+			m.Mutable(fd).Map().Set(protoreflect.ValueOfString("k").MapKey(), protoreflect.ValueOfString("v"))
+		case fd.Message() != nil:
+			m.Set(fd, protoreflect.ValueOfMessage(timestampAt(time.Hour).ProtoReflect()))
+		case fd.Kind() == protoreflect.StringKind:
+			m.Set(fd, protoreflect.ValueOfString("set"))
+		case fd.Kind() == protoreflect.Uint64Kind:
+			m.Set(fd, protoreflect.ValueOfUint64(9))
+		default:
+			t.Fatalf("field %s: no value of kind %v here: add one", fd.Name(), fd.Kind())
+		}
+		want := proto.CloneOf(meta)
+		want.Version = 7
+		if got := withVersion(meta, 7); !proto.Equal(got, want) {
+			t.Fatalf("%s set: withVersion gives %v, want %v", fd.Name(), got, want)
+		}
+	}
+}
+
+// Work sent to the encoder is done exactly once, by the encoder or by
+// whoever waits for it first (or sends it to a full queue), and what it
+// wrote is seen by the waiter.
+func TestWorkIsDoneOnce(t *testing.T) {
+	s := &Simulator{encoder: make(chan *work, 2)}
+	go encode(s.encoder)
+	defer close(s.encoder)
+	var runs [500]atomic.Int32
+	wrote := make([]int, len(runs))
+	works := make([]*work, len(runs))
+	for i := range works {
+		works[i] = newWork(func() {
+			runs[i].Add(1)
+			wrote[i] = i + 1
+		})
+		s.send(works[i])
+	}
+	for i, w := range works {
+		w.wait()
+		if wrote[i] != i+1 {
+			t.Fatalf("work %d: read %d after waiting", i, wrote[i])
+		}
+	}
+	for i := range runs {
+		if n := runs[i].Load(); n != 1 {
+			t.Fatalf("work %d ran %d times", i, n)
 		}
 	}
 }

@@ -26,7 +26,7 @@ import (
 // simMemoryLimit is troupe sim's soft memory limit unless GOMEMLIMIT is
 // set (runtime/debug.SetMemoryLimit): a run whose live heap is larger
 // still runs, its collector busier.
-const simMemoryLimit = 900 << 20
+const simMemoryLimit = 700 << 20
 
 func (a *app) simCommand() *cobra.Command {
 	return &cobra.Command{
@@ -46,9 +46,10 @@ func (a *app) simCommand() *cobra.Command {
 			}
 			if os.Getenv("GOMEMLIMIT") == "" {
 				// ... but a larger live heap would grow 5x too: the
-				// whole Google sample peaked at 2.4 GB. A soft limit
-				// makes the collector work harder near it instead:
-				// 928 MB, 137 s -> 143 s of wall time.
+				// whole Google sample's, up to 280 MB, to 1.4 GB. A
+				// soft limit makes the collector work harder near it
+				// instead: 730 MB of RSS, at the wall time of a 900 MB
+				// limit (49 s).
 				debug.SetMemoryLimit(simMemoryLimit)
 			}
 			err := experiment.Command{Name: "troupe sim", Stdout: a.out, Stderr: a.errOut, CPUProfile: bench.StartCPUProfile,
