@@ -36,10 +36,10 @@ var builtinRules = map[string][]*troupev1.ValidationRule{
 		{Expression: "object.spec.type != troupe.v1.JobType.JOB_TYPE_SERVICE || object.spec.restart_policy != troupe.v1.RestartPolicy.RESTART_POLICY_NEVER",
 			Message: "a service's tasks are restarted: restart_policy NEVER is for batch jobs", FieldPath: "spec.restart_policy"},
 	},
-	"Task": {
-		{Expression: "!has(object.binding) || object.binding.machine != ''",
-			Message: "a task's binding names its machine", FieldPath: "binding.machine"},
-	},
+	// None for Task: that a binding names its machine is the structural
+	// rule on binding.machine (a DNS subdomain), and a CEL evaluation per
+	// task cost as much as the structural rules together (every task a
+	// scheduler binds or a cache reads is checked).
 }
 
 // kindTypes maps kind names to their protobuf message names.
@@ -226,9 +226,12 @@ func (v *Validator) check(kind string, obj Object) []FieldError {
 	builtin, policies := v.builtin[kind], v.policies[kind] // never changed once published: policies are replaced whole
 	v.mu.RUnlock()
 	var errs []FieldError
-	vars := objectVar{obj}
+	var vars interpreter.Activation // made for the first rule: a kind may have none
 	for _, rules := range [2][]rule{builtin, policies} {
 		for _, r := range rules {
+			if vars == nil {
+				vars = objectVar{obj}
+			}
 			out, _, err := r.prg.Eval(vars)
 			switch {
 			case err != nil:

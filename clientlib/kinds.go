@@ -33,8 +33,10 @@ type Kind[T Object] struct {
 	Namespaced bool
 	// Prefix is the key prefix of every object of the kind.
 	Prefix string
-	// key returns the key of obj below Prefix.
-	key func(obj T) (string, error)
+	// key returns the key of obj: prefix (the kind's Prefix) and what
+	// follows, in one concatenation (every object written or read is
+	// keyed).
+	key func(prefix string, obj T) (string, error)
 	new func() T
 	// onPut and onDelete, if set, add what every write of an object of
 	// the kind writes beside it, in the same group.
@@ -46,11 +48,11 @@ func (k Kind[T]) Key(obj T) (string, error) {
 	if obj.GetMetadata() == nil {
 		return "", fmt.Errorf("%s: metadata is required", k.Name)
 	}
-	rest, err := k.key(obj)
+	key, err := k.key(k.Prefix, obj)
 	if err != nil {
 		return "", fmt.Errorf("%s %q: %w", k.Name, obj.GetMetadata().GetName(), err)
 	}
-	return k.Prefix + rest, nil
+	return key, nil
 }
 
 // New returns an empty object of the kind.
@@ -67,15 +69,18 @@ func segment(what, s string) (string, error) {
 	return s, nil
 }
 
-func byName[T Object](obj T) (string, error) { return segment("name", obj.GetMetadata().GetName()) }
+func byName[T Object](prefix string, obj T) (string, error) {
+	name, err := segment("name", obj.GetMetadata().GetName())
+	return prefix + name, err
+}
 
-func byNamespaceName[T Object](obj T) (string, error) {
+func byNamespaceName[T Object](prefix string, obj T) (string, error) {
 	ns, err := segment("namespace", obj.GetMetadata().GetNamespace())
 	if err != nil {
 		return "", err
 	}
 	name, err := segment("name", obj.GetMetadata().GetName())
-	return ns + "/" + name, err
+	return prefix + ns + "/" + name, err
 }
 
 // TaskRef is a task's identity, "<namespace>/<job>/<index>": the name of
@@ -102,24 +107,26 @@ func ParseTaskName(name string) (job string, index int32, err error) {
 
 // taskRef checks a "<namespace>/<job>/<index>" name.
 func taskRef(name string) (string, error) {
-	parts := strings.Split(name, "/")
-	if len(parts) != 3 || parts[0] == "" || parts[1] == "" {
+	// Cut, not Split: every Binding written or read is checked.
+	ns, rest, ok1 := strings.Cut(name, "/")
+	job, index, ok2 := strings.Cut(rest, "/")
+	if !ok1 || !ok2 || ns == "" || job == "" || strings.Contains(index, "/") {
 		return "", fmt.Errorf("name %q is not <namespace>/<job>/<index>", name)
 	}
-	if _, err := strconv.ParseUint(parts[2], 10, 31); err != nil {
+	if _, err := strconv.ParseUint(index, 10, 31); err != nil {
 		return "", fmt.Errorf("name %q: index is not a number", name)
 	}
 	return name, nil
 }
 
 // machineScoped keys an object by its machine and task reference.
-func machineScoped(machine, name string) (string, error) {
+func machineScoped(prefix, machine, name string) (string, error) {
 	m, err := segment("machine", machine)
 	if err != nil {
 		return "", err
 	}
 	ref, err := taskRef(name)
-	return m + "/" + ref, err
+	return prefix + m + "/" + ref, err
 }
 
 // The kinds of the object model and their keys (see ARCHITECTURE.md).
@@ -132,7 +139,7 @@ var (
 		key: byNamespaceName[*troupev1.Job], new: func() *troupev1.Job { return &troupev1.Job{} },
 		onPut: putJobStop, onDelete: deleteJobStop}
 	Tasks = Kind[*troupev1.Task]{Name: "Task", Namespaced: true, Prefix: "/tasks/",
-		key: func(t *troupev1.Task) (string, error) {
+		key: func(prefix string, t *troupev1.Task) (string, error) {
 			ns, err := segment("namespace", t.GetMetadata().GetNamespace())
 			if err != nil {
 				return "", err
@@ -141,19 +148,26 @@ var (
 			if err != nil {
 				return "", err
 			}
-			if want := TaskName(job, t.GetSpec().GetIndex()); t.GetMetadata().GetName() != want {
-				return "", fmt.Errorf("name must be %q (<job>-<index>)", want)
+			// The name is checked against <job>-<index> without making
+			// that string: the key is the one allocation.
+			var buf [11]byte
+			index := strconv.AppendInt(buf[:0], int64(t.GetSpec().GetIndex()), 10)
+			if name := t.GetMetadata().GetName(); len(name) != len(job)+1+len(index) || name[:len(job)] != job ||
+				name[len(job)] != '-' || name[len(job)+1:] != string(index) {
+				return "", fmt.Errorf("name must be %q (<job>-<index>)", TaskName(job, t.GetSpec().GetIndex()))
 			}
-			return ns + "/" + job + "/" + strconv.Itoa(int(t.GetSpec().GetIndex())), nil
+			return prefix + ns + "/" + job + "/" + string(index), nil
 		},
 		new: func() *troupev1.Task { return &troupev1.Task{} }}
 	Bindings = Kind[*troupev1.Binding]{Name: "Binding", Prefix: "/bindings/",
-		key: func(b *troupev1.Binding) (string, error) {
-			return machineScoped(b.GetMachine(), b.GetMetadata().GetName())
+		key: func(prefix string, b *troupev1.Binding) (string, error) {
+			return machineScoped(prefix, b.GetMachine(), b.GetMetadata().GetName())
 		},
 		new: func() *troupev1.Binding { return &troupev1.Binding{} }}
 	Runs = Kind[*troupev1.Run]{Name: "Run", Prefix: "/runs/",
-		key: func(r *troupev1.Run) (string, error) { return machineScoped(r.GetMachine(), r.GetMetadata().GetName()) },
+		key: func(prefix string, r *troupev1.Run) (string, error) {
+			return machineScoped(prefix, r.GetMachine(), r.GetMetadata().GetName())
+		},
 		new: func() *troupev1.Run { return &troupev1.Run{} }}
 	Schedulers = Kind[*troupev1.SchedulerInfo]{Name: "SchedulerInfo", Prefix: "/schedulers/",
 		key: byName[*troupev1.SchedulerInfo], new: func() *troupev1.SchedulerInfo { return &troupev1.SchedulerInfo{} }}
@@ -181,7 +195,7 @@ var (
 	// (/machineevents/<machine>/<name>). Both hold Events: EventsOf says
 	// which an event belongs to.
 	Events = Kind[*troupev1.Event]{Name: "Event", Namespaced: true, Prefix: "/events/",
-		key: func(e *troupev1.Event) (string, error) {
+		key: func(prefix string, e *troupev1.Event) (string, error) {
 			ns, err := segment("namespace", e.GetMetadata().GetNamespace())
 			if err != nil {
 				return "", err
@@ -191,17 +205,17 @@ var (
 				return "", err
 			}
 			name, err := segment("name", e.GetMetadata().GetName())
-			return ns + "/" + job + "/" + name, err
+			return prefix + ns + "/" + job + "/" + name, err
 		},
 		new: func() *troupev1.Event { return &troupev1.Event{} }}
 	MachineEvents = Kind[*troupev1.Event]{Name: "Event", Prefix: "/machineevents/",
-		key: func(e *troupev1.Event) (string, error) {
+		key: func(prefix string, e *troupev1.Event) (string, error) {
 			m, err := segment("involved_name", e.GetInvolvedName())
 			if err != nil {
 				return "", err
 			}
 			name, err := segment("name", e.GetMetadata().GetName())
-			return m + "/" + name, err
+			return prefix + m + "/" + name, err
 		},
 		new: func() *troupev1.Event { return &troupev1.Event{} }}
 )
@@ -222,7 +236,15 @@ func DecodeCounter(key string, value []byte, version uint64) (*troupev1.Counter,
 	if err != nil {
 		return nil, err
 	}
-	return &troupev1.Counter{Metadata: &troupev1.ObjectMeta{Name: key, Version: version}, Value: v}, nil
+	// The counter and its metadata in one allocation: a scheduler's cache
+	// decodes each counter a placement changes, and its old value.
+	c := &struct {
+		counter troupev1.Counter
+		meta    troupev1.ObjectMeta
+	}{}
+	c.meta.Name, c.meta.Version = key, version
+	c.counter.Metadata, c.counter.Value = &c.meta, v
+	return &c.counter, nil
 }
 
 // CounterValue reads a counter key's value (decimal text).

@@ -79,6 +79,9 @@ func TestRoundTripEveryKind(t *testing.T) {
 		Tolerations: []*troupev1.Toleration{{Key: "dedicated", Operator: troupev1.TolerationOperator_TOLERATION_OPERATOR_EXISTS}},
 	}, Status: &troupev1.JobStatus{Phase: troupev1.JobPhase_JOB_PHASE_RUNNING, Running: 5}}, "/jobs/prod/web")
 	roundTrip(t, clientlib.Tasks, sampleTask(), "/tasks/prod/web/3")
+	large := sampleTask()
+	large.Metadata.Name, large.Spec.Index = "web-123456", 123456
+	roundTrip(t, clientlib.Tasks, large, "/tasks/prod/web/123456")
 	roundTrip(t, clientlib.Bindings, &troupev1.Binding{Metadata: meta("prod/web/3", ""), Machine: "m1", Scheduler: "service-0",
 		BoundAt: timestamppb.New(epoch), Task: sampleTask().GetSpec()}, "/bindings/m1/prod/web/3")
 	roundTrip(t, clientlib.Runs, &troupev1.Run{Metadata: meta("prod/web/3", ""), Machine: "m1", Phase: troupev1.RunPhase_RUN_PHASE_FAILED,
@@ -92,13 +95,23 @@ func TestRoundTripEveryKind(t *testing.T) {
 
 func TestKeyErrors(t *testing.T) {
 	for name, err := range map[string]error{
-		"no metadata":     keyErr(clientlib.Machines, &troupev1.Machine{}),
-		"empty name":      keyErr(clientlib.Machines, &troupev1.Machine{Metadata: &troupev1.ObjectMeta{}}),
-		"slash in name":   keyErr(clientlib.Machines, &troupev1.Machine{Metadata: meta("a/b", "")}),
-		"no namespace":    keyErr(clientlib.Jobs, &troupev1.Job{Metadata: meta("web", "")}),
-		"task name":       keyErr(clientlib.Tasks, &troupev1.Task{Metadata: meta("web-9", "prod"), Spec: &troupev1.TaskSpec{Job: "web", Index: 3}}),
-		"binding name":    keyErr(clientlib.Bindings, &troupev1.Binding{Metadata: meta("prod/web", ""), Machine: "m1"}),
-		"binding machine": keyErr(clientlib.Bindings, &troupev1.Binding{Metadata: meta("prod/web/3", "")}),
+		"no metadata":             keyErr(clientlib.Machines, &troupev1.Machine{}),
+		"empty name":              keyErr(clientlib.Machines, &troupev1.Machine{Metadata: &troupev1.ObjectMeta{}}),
+		"slash in name":           keyErr(clientlib.Machines, &troupev1.Machine{Metadata: meta("a/b", "")}),
+		"no namespace":            keyErr(clientlib.Jobs, &troupev1.Job{Metadata: meta("web", "")}),
+		"task name":               keyErr(clientlib.Tasks, &troupev1.Task{Metadata: meta("web-9", "prod"), Spec: &troupev1.TaskSpec{Job: "web", Index: 3}}),
+		"task name, index longer": keyErr(clientlib.Tasks, &troupev1.Task{Metadata: meta("web-30", "prod"), Spec: &troupev1.TaskSpec{Job: "web", Index: 3}}),
+		"task name, leading zero": keyErr(clientlib.Tasks, &troupev1.Task{Metadata: meta("web-03", "prod"), Spec: &troupev1.TaskSpec{Job: "web", Index: 3}}),
+		"task name, other job":    keyErr(clientlib.Tasks, &troupev1.Task{Metadata: meta("wex-3", "prod"), Spec: &troupev1.TaskSpec{Job: "web", Index: 3}}),
+		"task name, no dash":      keyErr(clientlib.Tasks, &troupev1.Task{Metadata: meta("web_3", "prod"), Spec: &troupev1.TaskSpec{Job: "web", Index: 3}}),
+		"task name, job only":     keyErr(clientlib.Tasks, &troupev1.Task{Metadata: meta("web", "prod"), Spec: &troupev1.TaskSpec{Job: "web", Index: 3}}),
+		"binding name":            keyErr(clientlib.Bindings, &troupev1.Binding{Metadata: meta("prod/web", ""), Machine: "m1"}),
+		"binding name, 4 parts":   keyErr(clientlib.Bindings, &troupev1.Binding{Metadata: meta("prod/web/3/4", ""), Machine: "m1"}),
+		"binding name, no ns":     keyErr(clientlib.Bindings, &troupev1.Binding{Metadata: meta("/web/3", ""), Machine: "m1"}),
+		"binding name, no job":    keyErr(clientlib.Bindings, &troupev1.Binding{Metadata: meta("prod//3", ""), Machine: "m1"}),
+		"binding name, no index":  keyErr(clientlib.Bindings, &troupev1.Binding{Metadata: meta("prod/web/", ""), Machine: "m1"}),
+		"binding name, not index": keyErr(clientlib.Bindings, &troupev1.Binding{Metadata: meta("prod/web/x", ""), Machine: "m1"}),
+		"binding machine":         keyErr(clientlib.Bindings, &troupev1.Binding{Metadata: meta("prod/web/3", "")}),
 	} {
 		if err == nil {
 			t.Errorf("%s: accepted", name)

@@ -27,6 +27,7 @@ type Txn struct {
 	groups []*storev1.Group
 	reads  map[string]uint64
 	err    error
+	arena  arena
 }
 
 // NewTxn starts a transaction on s.
@@ -51,9 +52,10 @@ func (t *Txn) Read(ctx context.Context, key string) (*storev1.KeyValue, error) {
 
 // Group starts a new group.
 func (t *Txn) Group() *Group {
-	g := &storev1.Group{}
-	t.groups = append(t.groups, g)
-	return &Group{t: t, g: g}
+	g := next(&t.arena.groups)
+	g.group.t, g.group.g = t, &g.msg
+	t.groups = append(t.groups, &g.msg)
+	return &g.group
 }
 
 // Group adds conditions and operations to one group of a Txn.
@@ -64,7 +66,9 @@ type Group struct {
 
 // Require makes the group conditional on key's version (0: absent).
 func (g *Group) Require(key string, version uint64) *Group {
-	g.g.Conditions = append(g.g.Conditions, &storev1.Condition{Key: key, Version: version})
+	c := next(&g.t.arena.conditions)
+	c.Key, c.Version = key, version
+	g.g.Conditions = appendShared(&g.t.arena.conditionList, g.g.Conditions, c)
 	return g
 }
 
@@ -79,47 +83,109 @@ func (g *Group) RequireRead(key string) *Group {
 	return g.Require(key, v)
 }
 
-// An operation's three messages (the Op, its oneof case and the
-// operation) are made in one allocation: a scheduler's commit adds
-// thousands of operations.
-
 // Put writes value at key.
 func (g *Group) Put(key string, value []byte) *Group {
-	o := &struct {
-		op  storev1.Op
-		is  storev1.Op_Put
-		put storev1.Put
-	}{}
+	o := next(&g.t.arena.puts)
 	o.put.Key, o.put.Value = key, value
 	o.is.Put, o.op.Op = &o.put, &o.is
-	g.g.Ops = append(g.g.Ops, &o.op)
+	g.g.Ops = appendShared(&g.t.arena.opList, g.g.Ops, &o.op)
 	return g
 }
 
 // Delete deletes key.
 func (g *Group) Delete(key string) *Group {
-	o := &struct {
-		op  storev1.Op
-		is  storev1.Op_Delete
-		del storev1.Delete
-	}{}
+	o := next(&g.t.arena.deletes)
 	o.del.Key = key
 	o.is.Delete, o.op.Op = &o.del, &o.is
-	g.g.Ops = append(g.g.Ops, &o.op)
+	g.g.Ops = appendShared(&g.t.arena.opList, g.g.Ops, &o.op)
 	return g
 }
 
 // Add changes the counter at key by delta if the result stays in [min, max].
 func (g *Group) Add(key string, delta, min, max int64) *Group {
-	o := &struct {
+	o := next(&g.t.arena.adds)
+	o.add.Key, o.add.Delta, o.add.Min, o.add.Max = key, delta, min, max
+	o.is.Add, o.op.Op = &o.add, &o.is
+	g.g.Ops = appendShared(&g.t.arena.opList, g.g.Ops, &o.op)
+	return g
+}
+
+// arena makes a transaction's messages in chunks: a scheduler's commit
+// adds thousands of groups, conditions and operations, and an allocation
+// for each (with the growth of each group's lists) was a good share of
+// its cost. An operation's three messages (the Op, its oneof case and
+// the operation) are one element. The chunks live as long as the
+// request that points into them.
+type arena struct {
+	groups     []arenaGroup
+	conditions []storev1.Condition
+	puts       []struct {
+		op  storev1.Op
+		is  storev1.Op_Put
+		put storev1.Put
+	}
+	deletes []struct {
+		op  storev1.Op
+		is  storev1.Op_Delete
+		del storev1.Delete
+	}
+	adds []struct {
 		op  storev1.Op
 		is  storev1.Op_Add
 		add storev1.Add
-	}{}
-	o.add.Key, o.add.Delta, o.add.Min, o.add.Max = key, delta, min, max
-	o.is.Add, o.op.Op = &o.add, &o.is
-	g.g.Ops = append(g.g.Ops, &o.op)
-	return g
+	}
+	// The groups' Ops and Conditions are windows of these, in the order
+	// the groups were built (see appendShared).
+	opList        []*storev1.Op
+	conditionList []*storev1.Condition
+}
+
+// arenaGroup is a Group and its message.
+type arenaGroup struct {
+	group Group
+	msg   storev1.Group
+}
+
+// Chunks start at one element (a transaction of one write allocates as
+// much as without chunks) and double up to maxChunk elements (the last
+// chunk's unused part is what a large transaction pays in memory).
+const (
+	minChunk = 1
+	maxChunk = 32
+)
+
+// next returns a new zero element of chunk, starting a new chunk when it
+// is full. A full chunk is left as it is, never moved: its elements are
+// pointed to.
+func next[T any](chunk *[]T) *T {
+	c := *chunk
+	if len(c) == cap(c) {
+		c = make([]T, 0, min(max(2*cap(c), minChunk), maxChunk))
+	}
+	c = c[:len(c)+1]
+	*chunk = c
+	return &c[len(c)-1]
+}
+
+// appendShared appends p to list, a group's list, and returns the list.
+// A group's list grows inside shared (the lists of the transaction's
+// groups, one after the other) while it is the last one there, so that
+// the groups of a commit need no array each; once another group's list
+// follows it, its capacity is its length, and it grows by append, as any
+// slice (a group built after another one was begun).
+func appendShared[T any](shared *[]*T, list []*T, p *T) []*T {
+	sh := *shared
+	if len(list) > 0 && (len(sh) == 0 || &list[len(list)-1] != &sh[len(sh)-1]) {
+		return append(list, p) // not the last list in shared
+	}
+	if len(sh) == cap(sh) {
+		// A new array for the lists to come, this one moved to its start.
+		moved := make([]*T, 0, max(min(max(2*cap(sh), minChunk), maxChunk), 2*(len(list)+1)))
+		sh = append(moved, list...)
+	}
+	sh = append(sh, p)
+	*shared = sh
+	return sh[len(sh)-len(list)-1 : len(sh) : len(sh)]
 }
 
 // PutObject writes obj at its key, on condition that the key still has

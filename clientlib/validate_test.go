@@ -100,6 +100,8 @@ func TestValidationRules(t *testing.T) {
 		{"toleration", "spec.tolerations[0].key", "required", clientlib.Validate(clientlib.Jobs, job(func(j *troupev1.Job) { j.Spec.Tolerations = []*troupev1.Toleration{{Value: "x"}} }))},
 		{"capacity", "spec.capacity[memory]", "required", clientlib.Validate(clientlib.Machines, machine(func(m *troupev1.Machine) { delete(m.Spec.Capacity, "memory") }))},
 		{"taint effect", "spec.taints[0].effect", "required", clientlib.Validate(clientlib.Machines, machine(func(m *troupev1.Machine) { m.Spec.Taints = []*troupev1.Taint{{Key: "dedicated"}} }))},
+		{"task bound to no machine", "binding.machine", "dns-subdomain", clientlib.Validate(clientlib.Tasks, &troupev1.Task{Metadata: &troupev1.ObjectMeta{Name: "web-0", Namespace: "prod"},
+			Spec: &troupev1.TaskSpec{Job: "web", Template: &troupev1.TaskTemplate{Command: "x"}}, Binding: &troupev1.TaskBinding{Scheduler: "batch-0"}})},
 		{"run phase", "phase", "required", clientlib.Validate(clientlib.Runs, &troupev1.Run{Metadata: &troupev1.ObjectMeta{Name: "prod/web/0"}, Machine: "m1"})},
 		{"binding name", "metadata.name", "task-ref", clientlib.Validate(clientlib.Bindings, &troupev1.Binding{Metadata: &troupev1.ObjectMeta{Name: "web"}, Machine: "m1", Task: &troupev1.TaskSpec{Template: &troupev1.TaskTemplate{Command: "x"}}})},
 		{"policy kind", "spec.kinds[0]", "known-kind", clientlib.Validate(clientlib.ValidationPolicies, &troupev1.ValidationPolicy{Metadata: &troupev1.ObjectMeta{Name: "p"},

@@ -27,9 +27,9 @@ type Indexer[T proto.Message] struct {
 	mu      sync.RWMutex
 	decode  DecodeFunc[T]
 	entries map[string]entry
-	funcs   map[string]IndexFunc[T]
-	indexes map[string]map[string]map[string]struct{} // index → value → keys
-	names   []string                                  // of the indexes, sorted
+	names   []string                         // of the indexes, sorted
+	funcs   []IndexFunc[T]                   // by position in names
+	indexes []map[string]map[string]struct{} // by position in names: value → keys
 	bytes   int
 }
 
@@ -44,12 +44,13 @@ type entry struct {
 // NewIndexer returns an empty Indexer that decodes its objects with
 // decode and keeps the given indexes.
 func NewIndexer[T proto.Message](decode DecodeFunc[T], indexes map[string]IndexFunc[T]) *Indexer[T] {
-	x := &Indexer[T]{decode: decode, entries: map[string]entry{}, funcs: indexes, indexes: map[string]map[string]map[string]struct{}{}}
-	for name := range indexes {
-		x.indexes[name] = map[string]map[string]struct{}{}
-		x.names = append(x.names, name)
+	x := &Indexer[T]{decode: decode, entries: map[string]entry{}, names: slices.Sorted(maps.Keys(indexes))}
+	// By position, not by name: an object's index values are set and
+	// compared on each of its changes.
+	for _, name := range x.names {
+		x.funcs = append(x.funcs, indexes[name])
+		x.indexes = append(x.indexes, map[string]map[string]struct{}{})
 	}
-	slices.Sort(x.names)
 	return x
 }
 
@@ -68,21 +69,21 @@ func (x *Indexer[T]) set(key string, obj T, value []byte, version uint64, old en
 	if len(x.names) > 0 {
 		e.values = make([][]string, len(x.names))
 	}
-	for i, name := range x.names {
-		vs := x.funcs[name](obj)
+	for i, index := range x.indexes {
+		vs := x.funcs[i](obj)
 		if existed && slices.Equal(vs, old.values[i]) {
 			e.values[i] = old.values[i]
 			continue
 		}
 		e.values[i] = vs
 		if existed {
-			x.unindex(name, key, old.values[i])
+			x.unindex(index, key, old.values[i])
 		}
 		for _, v := range vs {
-			set := x.indexes[name][v]
+			set := index[v]
 			if set == nil {
 				set = map[string]struct{}{}
-				x.indexes[name][v] = set
+				index[v] = set
 			}
 			set[key] = struct{}{}
 		}
@@ -90,9 +91,8 @@ func (x *Indexer[T]) set(key string, obj T, value []byte, version uint64, old en
 	x.entries[key] = e
 }
 
-// unindex removes key from the sets of index name's values.
-func (x *Indexer[T]) unindex(name, key string, values []string) {
-	index := x.indexes[name]
+// unindex removes key from the sets of index's values.
+func (x *Indexer[T]) unindex(index map[string]map[string]struct{}, key string, values []string) {
 	for _, v := range values {
 		delete(index[v], key)
 		if len(index[v]) == 0 {
@@ -111,7 +111,7 @@ func (x *Indexer[T]) delete(key string) {
 	}
 	x.bytes -= len(e.value)
 	for i, vs := range e.values {
-		x.unindex(x.names[i], key, vs)
+		x.unindex(x.indexes[i], key, vs)
 	}
 	delete(x.entries, key)
 }
@@ -169,7 +169,11 @@ func (x *Indexer[T]) ByIndex(index, value string) []T {
 func (x *Indexer[T]) IndexKeys(index, value string) []string {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	return slices.Sorted(maps.Keys(x.indexes[index][value]))
+	i := slices.Index(x.names, index)
+	if i < 0 {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(x.indexes[i][value]))
 }
 
 // objects returns the objects at keys that are held, in order.

@@ -76,7 +76,7 @@ type Informer[T Object] struct {
 	// A handler reads the old object of an update, of a deletion.
 	oldOnUpdate, oldOnDelete bool
 
-	mu sync.Mutex // guards unreadable
+	mu sync.Mutex // guards unreadable, which only Run's goroutine writes (and so reads unlocked)
 	// unreadable are the values skipped, by key.
 	unreadable map[string]skipped
 
@@ -269,9 +269,8 @@ func (in *Informer[T]) watch(ctx context.Context, cursor []byte) error {
 func (in *Informer[T]) apply(ev *storev1.Event) {
 	key, ver := ev.GetKv().GetKey(), ev.GetKv().GetVersion()
 	prev, existed := in.indexer.held(key)
-	in.mu.Lock()
+	// Only this goroutine writes unreadable, so it reads it unlocked.
 	bad, wasBad := in.unreadable[key]
-	in.mu.Unlock()
 	if existed && prev.version >= ver || wasBad && bad.version >= ver {
 		return
 	}

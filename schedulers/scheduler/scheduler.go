@@ -258,12 +258,20 @@ func jobOf(t *troupev1.Task) string {
 
 // taskChanged is told of task t at key, added or updated.
 func (s *Scheduler) taskChanged(key string, t *troupev1.Task, added bool) {
+	job := jobOf(t) // for lookups only: made on the stack, queued as a copy
+	if !s.servesJob(job) {
+		// Another partition's: never decided about nor placed here, so
+		// nothing to forget or queue, and s.mu (held while a decision
+		// reads its job's tasks) is left alone.
+		s.signalChanged()
+		return
+	}
 	s.mu.Lock()
-	if a, ok := s.assumed[jobOf(t)][key]; ok && t.GetMetadata().GetVersion() >= a.version {
-		s.forget(jobOf(t), key) // the cache caught up with our placement (or what followed it)
+	if a, ok := s.assumed[job][key]; ok && t.GetMetadata().GetVersion() >= a.version {
+		s.forget(job, key) // the cache caught up with our placement (or what followed it)
 	}
 	pending := clientlib.Pending(t) && s.serves(t)
-	if r := s.jobs[jobOf(t)]; pending && r != nil {
+	if r := s.jobs[job]; pending && r != nil {
 		r.waiting = nil // a change of its tasks ends a job's wait
 		r.sure = r.sure && !added
 	}

@@ -449,10 +449,15 @@ func TestShadowConflictsWithWhatTheRealSchedulersCommitted(t *testing.T) {
 				}
 			}
 			close(proceed)
+			// Both evaluations done before the first mode's checks delete
+			// the job's task: one evaluated after would find it gone
+			// (Stopped).
+			for mode := range shadows {
+				wait.Until(ctx, t, mode.String()+" shadow's decision", func() bool { return len(logs[mode].decisions()) == 1 })
+			}
 
 			for mode, want := range map[framework.ConflictMode]int{framework.Fine: tc.fine, framework.Coarse: tc.coarse} {
 				s := shadows[mode]
-				wait.Until(ctx, t, mode.String()+" shadow's decision", func() bool { return len(logs[mode].decisions()) == 1 })
 				d := logs[mode].decisions()[0]
 				if len(d.Placements) != 1 || d.Placements[0].Machine != "m" || d.Conflicts != want || (d.Placements[0].Conflict != "") != (want > 0) {
 					t.Fatalf("%v shadow's decision %+v, want a placement on m with %d conflicts", mode, d, want)

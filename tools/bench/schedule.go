@@ -170,17 +170,18 @@ func RunSchedule(ctx context.Context, cfg ScheduleConfig) (ScheduleResult, error
 	submitErr := make(chan error, 1)
 	go func() {
 		var job string
-		var requests map[string]int64
+		var template *troupev1.TaskTemplate // the job's, shared by its tasks as the job controller's are
 		submitErr <- putAll(runCtx, admin, cfg.Tasks, func(g *clientlib.Group, i int) {
 			if i%cfg.TasksPerJob == 0 {
 				job = fmt.Sprintf("job%06d", i/cfg.TasksPerJob)
-				requests = map[string]int64{"cpu": benchCPU[rng.IntN(len(benchCPU))], "memory": benchMemory[rng.IntN(len(benchMemory))]}
+				template = &troupev1.TaskTemplate{Command: "/bin/true",
+					Requests: map[string]int64{"cpu": benchCPU[rng.IntN(len(benchCPU))], "memory": benchMemory[rng.IntN(len(benchMemory))]}}
 			}
 			idx := int32(i % cfg.TasksPerJob)
 			clientlib.PutObject(g, clientlib.Tasks, &troupev1.Task{
 				Metadata: &troupev1.ObjectMeta{Name: clientlib.TaskName(job, idx), Namespace: "bench"},
 				Spec: &troupev1.TaskSpec{Job: job, Index: idx, Type: troupev1.JobType_JOB_TYPE_BATCH, Scheduler: profiles.Batch,
-					Submitted: timestamppb.Now(), Template: &troupev1.TaskTemplate{Command: "/bin/true", Requests: requests}},
+					Submitted: timestamppb.Now(), Template: template},
 				Status: &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_PENDING},
 			})
 		})
