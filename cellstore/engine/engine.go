@@ -120,7 +120,9 @@ func (o *overlay) set(k string, p pending) {
 	case o.index != nil:
 		o.index[k] = len(o.writes) - 1
 	case len(o.writes) > overlayIndexed:
-		o.index = make(map[string]int, 2*len(o.writes))
+		// Sized for as many keys as writes has room for: the writes a
+		// proposal or group may make (sizeCommitted, evaluate).
+		o.index = make(map[string]int, max(2*len(o.writes), cap(o.writes)))
 		for i, w := range o.writes {
 			o.index[w.key] = i
 		}
@@ -136,6 +138,12 @@ type applier struct {
 	// committed holds the writes of the committed groups, each key at
 	// the place of its first write.
 	committed overlay
+	// scratch is the overlay evaluate plays a group into, reused from
+	// group to group: a plan has hundreds.
+	scratch overlay
+	// key is the buffer of dataKey: Storage implementations neither keep
+	// nor change the keys they are given.
+	key []byte
 	// intents read so far, by key (only when transactions are prepared).
 	intents map[string]*storev1.IntentSet
 }
@@ -210,8 +218,10 @@ func apply(st Storage, p *storev1.Proposal, g *expiryGroup) (*Result, error) {
 		return refused(p, rev), err
 	}
 	a := &applier{st: st, rev: rev + 1}
+	a.sizeCommitted(p.GetGroups())
 	out := &storev1.Outcome{GroupIndexes: p.GetGroupIndexes(), Revision: rev}
 	out.Groups = make([]*storev1.GroupResult, len(p.GetGroups()))
+	results := make([]storev1.GroupResult, len(p.GetGroups())) // one allocation for all
 	prepared, err := readMeta(st, preparedCountKey)
 	if err != nil {
 		return nil, err
@@ -222,13 +232,14 @@ func apply(st Storage, p *storev1.Proposal, g *expiryGroup) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
+		out.Groups[i] = &results[i]
 		if f != nil {
-			out.Groups[i] = &storev1.GroupResult{Failure: f}
+			results[i].Failure = f
 			failed = true
 			continue
 		}
 		a.merge(ov)
-		out.Groups[i] = &storev1.GroupResult{Committed: true}
+		results[i].Committed = true
 	}
 	if p.GetAtomic() && failed {
 		AbortAll(out.Groups)
@@ -270,6 +281,27 @@ func Aborted() *storev1.Failure {
 	}
 }
 
+// sizeCommitted sizes a.committed for the writes of groups, at most one
+// per operation, so that merging them does not grow it step by step (nor
+// its index, if it needs one: overlay.set). A single group's overlay
+// becomes committed as it is (merge).
+func (a *applier) sizeCommitted(groups []*storev1.Group) {
+	if len(groups) < 2 {
+		return
+	}
+	n := 0
+	for _, g := range groups {
+		n += len(g.GetOps())
+	}
+	a.committed.writes = make([]keyWrite, 0, n)
+}
+
+// dataKey is DataKey(k) in a.key, valid until the next call.
+func (a *applier) dataKey(k string) []byte {
+	a.key = append(append(a.key[:0], prefixData), k...)
+	return a.key
+}
+
 // try checks group g against the intents on its keys (when intents may
 // exist) and evaluates it: the overlay of its writes, or why it fails.
 func (a *applier) try(g *storev1.Group, intents bool) (*overlay, *storev1.Failure, error) {
@@ -297,7 +329,7 @@ func (a *applier) current(ov *overlay, k string) (value []byte, version uint64, 
 	if p, ok := a.pendingWrite(ov, k); ok {
 		return p.value, a.rev, !p.deleted, nil
 	}
-	rec, err := a.st.Get(DataKey(k))
+	rec, err := a.st.Get(a.dataKey(k))
 	if err != nil || rec == nil {
 		return nil, 0, false, err
 	}
@@ -314,18 +346,18 @@ func (a *applier) version(ov *overlay, k string) (uint64, error) {
 		}
 		return a.rev, nil
 	}
-	v, _, err := readVersion(a.st, k)
+	v, _, err := a.readVersion(k)
 	return v, err
 }
 
 // readVersion returns the version of user key k in storage and whether
 // it exists, without reading its value where the storage can tell
 // (VersionReader).
-func readVersion(st Storage, k string) (version uint64, exists bool, err error) {
-	if vr, ok := st.(VersionReader); ok {
-		return vr.DataVersion(DataKey(k))
+func (a *applier) readVersion(k string) (version uint64, exists bool, err error) {
+	if vr, ok := a.st.(VersionReader); ok {
+		return vr.DataVersion(a.dataKey(k))
 	}
-	rec, err := st.Get(DataKey(k))
+	rec, err := a.st.Get(a.dataKey(k))
 	if err != nil || rec == nil {
 		return 0, false, err
 	}
@@ -336,7 +368,9 @@ func readVersion(st Storage, k string) (version uint64, exists bool, err error) 
 // evaluate checks a group's conditions and plays its operations into an
 // overlay. A non-nil Failure means the group fails.
 func (a *applier) evaluate(g *storev1.Group) (*overlay, *storev1.Failure, error) {
-	ov := &overlay{writes: make([]keyWrite, 0, len(g.GetOps()))}
+	ov := &a.scratch
+	ov.writes = slices.Grow(ov.writes[:0], len(g.GetOps()))
+	clear(ov.index)
 	for _, c := range g.GetConditions() {
 		v, err := a.version(ov, c.GetKey())
 		if err != nil {
@@ -433,8 +467,14 @@ func (a *applier) merge(ov *overlay) {
 		return
 	}
 	slices.SortFunc(ov.writes, func(x, y keyWrite) int { return strings.Compare(x.key, y.key) })
-	if len(a.committed.writes) == 0 {
-		a.committed = *ov // the first group's: its keys are distinct already
+	if a.committed.writes == nil { // not sized (sizeCommitted): the first group's
+		// Its keys are distinct already; the sort moved them.
+		if ov.index != nil {
+			for i, w := range ov.writes {
+				ov.index[w.key] = i
+			}
+		}
+		a.committed, *ov = *ov, overlay{} // ov (a.scratch) no longer shares its memory
 		return
 	}
 	for _, w := range ov.writes {
@@ -452,28 +492,32 @@ func (a *applier) write(retention uint64) (*storev1.ChangeSet, error) {
 		return nil, nil
 	}
 	cs := &storev1.ChangeSet{Events: make([]*storev1.Event, 0, len(writes))}
-	kvs, evs := make([]storev1.KeyValue, len(writes)), make([]storev1.Event, len(writes)) // one allocation each
+	type event struct {
+		ev storev1.Event
+		kv storev1.KeyValue
+	}
+	evs := make([]event, len(writes)) // one allocation for all
 	for i, w := range writes {
 		k, p := w.key, w.p
-		kv := &kvs[i]
+		kv := &evs[i].kv
 		kv.Key, kv.Version = k, a.rev
-		ev := &evs[i]
+		ev := &evs[i].ev
 		ev.Type, ev.Kv = storev1.EventType_EVENT_TYPE_PUT, kv
 		var err error
 		if p.deleted {
-			if _, exists, err := readVersion(a.st, k); err != nil {
+			if _, exists, err := a.readVersion(k); err != nil {
 				return nil, err
 			} else if !exists {
 				continue
 			}
 			ev.Type = storev1.EventType_EVENT_TYPE_DELETE
-			err = a.st.Delete(DataKey(k))
+			err = a.st.Delete(a.dataKey(k))
 		} else {
 			kv.Value = p.value
 			if rw, ok := a.st.(RecordWriter); ok {
-				err = rw.SetRecord(DataKey(k), a.rev, p.value)
+				err = rw.SetRecord(a.dataKey(k), a.rev, p.value)
 			} else {
-				err = a.st.Set(DataKey(k), EncodeRecord(a.rev, p.value))
+				err = a.st.Set(a.dataKey(k), EncodeRecord(a.rev, p.value))
 			}
 		}
 		if err != nil {

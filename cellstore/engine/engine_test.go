@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 
@@ -421,5 +422,28 @@ func TestOverlayGetSet(t *testing.T) {
 		if w.key != order[i] {
 			t.Fatalf("write %d is %s, want %s (first-written order)", i, w.key, order[i])
 		}
+	}
+}
+
+// TestLaterGroupReadsLargeGroup: a group reads the writes of an earlier
+// committed group of the proposal by key, also when that group wrote more
+// keys than an overlay holds unindexed, in an order merge sorts.
+func TestLaterGroupReadsLargeGroup(t *testing.T) {
+	st := NewMemStorage()
+	var first []*storev1.Op
+	for i := 2 * overlayIndexed; i >= 0; i-- {
+		first = append(first, putOp(fmt.Sprintf("/k%02d", i), fmt.Sprint(100*i)))
+	}
+	add := &storev1.Op{Op: &storev1.Op_Add{Add: &storev1.Add{Key: "/k03", Delta: 1, Min: math.MinInt64, Max: math.MaxInt64}}}
+	res := mustApply(t, st, &storev1.Proposal{Groups: []*storev1.Group{{Ops: first}, {Ops: []*storev1.Op{add}}}})
+	for i, g := range res.Outcome.GetGroups() {
+		if !g.GetCommitted() {
+			t.Fatalf("group %d: %v", i, g.GetFailure())
+		}
+	}
+	if rec, _ := st.Get(DataKey("/k03")); rec == nil {
+		t.Fatal("/k03 missing")
+	} else if _, v, _ := DecodeRecord(rec); string(v) != "301" {
+		t.Fatalf("/k03 = %q, want 301", v)
 	}
 }

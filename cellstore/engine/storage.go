@@ -9,7 +9,8 @@ import (
 // Storage is the state of one shard as the engine sees it. Reads must see
 // the writes made earlier through the same Storage (read-your-writes), which
 // is what lets several proposals apply in one batch. Implementations need
-// not be safe for concurrent use.
+// not be safe for concurrent use, and must neither keep nor change the key
+// slices they are given: the engine reuses one buffer for its keys.
 type Storage interface {
 	// Get returns the value of key, or nil if it does not exist. The
 	// returned slice is only valid until the next write.
