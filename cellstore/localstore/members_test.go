@@ -290,9 +290,12 @@ func TestNewMemberVotesOnceCaughtUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameMembers(t, list.GetMembers(), shards, 1, 2)
-	if nv := newcomer.NonVoting(); len(nv) != 0 {
-		t.Fatalf("node 2 sees itself non-voting in shards %v", nv)
-	}
+	// The add returns once the cell's majority has the promotions; node 2's
+	// own replicas apply them from the leader's next message on.
+	wait.Until(ctx, t, "node 2 to see itself voting", func() (bool, string) {
+		nv := newcomer.NonVoting()
+		return len(nv) == 0, fmt.Sprintf("node 2 sees itself non-voting in shards %v", nv)
+	})
 
 	// Restarted, node 2 votes again, and can lead.
 	c.StopNode(1)
