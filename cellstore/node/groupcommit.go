@@ -17,13 +17,14 @@ import (
 // or maxBatchBytes). Under light load every proposal goes out at once, in
 // an entry of its own; under heavy load the per-entry costs of Raft (log
 // writes and fsyncs, replication messages, request tracking, a state
-// machine batch) are shared. One entry in flight, not two: an entry then
-// carries what arrived during a whole round, and with CPU the limit the
-// per-entry costs saved outweigh the overlap lost, at 4 clients as at 64
-// (lower CPU per op, higher ops/s, lower p50 and p99; docs/measurements.md,
-// 2026-11-25).
+// machine batch) are shared. Two entries in flight, not one: where the
+// network sets a round's length, the second entry overlaps the first's
+// round (one in flight cost place 20% of its ops/s and 32% on p50 at 64
+// clients over 5 ms links), though where CPU is the limit, as on one
+// 2-core machine, one in flight spends 8-11% less CPU per op
+// (docs/measurements.md, 2026-11-25, fourth session).
 const (
-	maxBatchesInFlight = 1
+	maxBatchesInFlight = 2
 	maxBatchProposals  = 128
 	maxBatchBytes      = 4 << 20
 )
