@@ -8,12 +8,12 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/troupe-cluster/troupe/cellstore/memstore"
 	"github.com/troupe-cluster/troupe/clientlib"
+	"github.com/troupe-cluster/troupe/clientlib/clienttest"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 )
@@ -313,18 +313,7 @@ func TestEncodeKeepsEveryMetadataField(t *testing.T) {
 		task := sampleTask()
 		task.Metadata.Version = 42 // read at a version: Encode copies the metadata without it
 		m := task.GetMetadata().ProtoReflect()
-		switch {
-		case fd.IsMap():
-			m.Mutable(fd).Map().Set(protoreflect.ValueOfString("k").MapKey(), protoreflect.ValueOfString("v"))
-		case fd.Message() != nil:
-			m.Set(fd, protoreflect.ValueOfMessage(timestamppb.New(epoch.Add(time.Hour)).ProtoReflect()))
-		case fd.Kind() == protoreflect.StringKind:
-			m.Set(fd, protoreflect.ValueOfString("set"))
-		case fd.Kind() == protoreflect.Uint64Kind:
-			m.Set(fd, protoreflect.ValueOfUint64(9))
-		default:
-			t.Fatalf("field %s: no value of kind %v here: add one", fd.Name(), fd.Kind())
-		}
+		clienttest.SetMetaField(t, m, fd, epoch.Add(time.Hour))
 		b, err := clientlib.Encode(task)
 		if err != nil {
 			t.Fatal(err)

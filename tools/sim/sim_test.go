@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/troupe-cluster/troupe/clientlib"
+	"github.com/troupe-cluster/troupe/clientlib/clienttest"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 	"github.com/troupe-cluster/troupe/schedulers/framework"
 	"github.com/troupe-cluster/troupe/schedulers/profiles"
@@ -340,18 +340,7 @@ func TestWithVersionKeepsEveryField(t *testing.T) {
 		fd := fields.Get(i)
 		meta := &troupev1.ObjectMeta{Name: "t", Namespace: "sim", Version: 3}
 		m := meta.ProtoReflect()
-		switch {
-		case fd.IsMap():
-			m.Mutable(fd).Map().Set(protoreflect.ValueOfString("k").MapKey(), protoreflect.ValueOfString("v"))
-		case fd.Message() != nil:
-			m.Set(fd, protoreflect.ValueOfMessage(timestampAt(time.Hour).ProtoReflect()))
-		case fd.Kind() == protoreflect.StringKind:
-			m.Set(fd, protoreflect.ValueOfString("set"))
-		case fd.Kind() == protoreflect.Uint64Kind:
-			m.Set(fd, protoreflect.ValueOfUint64(9))
-		default:
-			t.Fatalf("field %s: no value of kind %v here: add one", fd.Name(), fd.Kind())
-		}
+		clienttest.SetMetaField(t, m, fd, epoch.Add(time.Hour))
 		want := proto.CloneOf(meta)
 		want.Version = 7
 		if got := withVersion(meta, 7); !proto.Equal(got, want) {
