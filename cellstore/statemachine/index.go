@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/troupe-cluster/troupe/cellstore/engine"
 )
@@ -233,7 +234,7 @@ func (s batchStorage) Set(key, value []byte) error {
 // SetRecord implements engine.RecordWriter: the record is encoded in the
 // batch's own memory, and kept by the index (a copy) only when small.
 func (s batchStorage) SetRecord(key []byte, version uint64, value []byte) error {
-	n := uvarintLen(version)
+	n := protowire.SizeVarint(version)
 	op := s.b.SetDeferred(len(key), n+len(value))
 	copy(op.Key, key)
 	binary.PutUvarint(op.Value, version)
@@ -265,14 +266,6 @@ func (s batchStorage) SetMessage(key []byte, m engine.Message) error {
 		s.idx.present[string(key)] = struct{}{}
 	}
 	return op.Finish()
-}
-
-func uvarintLen(v uint64) int {
-	n := 1
-	for ; v >= 0x80; v >>= 7 {
-		n++
-	}
-	return n
 }
 
 func (s batchStorage) Delete(key []byte) error {
