@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,12 +20,12 @@ import (
 // under the agent's own cgroup, with a CPU quota and a memory limit; the
 // cgroup goes when the run ends, and whatever still runs in it is killed.
 //
-// Either way a task's process, and whatever it forks, runs in its cgroup
-// from its first instruction (cgroup.start). cgroup v2 (a unified
-// hierarchy whose cgroup.controllers has cpu and memory) clones the
-// process into its cgroup (clone3 with CLONE_INTO_CGROUP, Linux 5.7).
-// cgroup v1 (a hierarchy per controller) starts it from a thread that
-// joined the cgroup first.
+// cgroup v2 (a unified hierarchy whose cgroup.controllers has cpu and
+// memory) starts the process inside its cgroup (clone3 with
+// CLONE_INTO_CGROUP, Linux 5.7). cgroup v1 (a hierarchy per controller)
+// moves the process in right after it started: until then, for the few
+// microseconds between fork and the write to cgroup.procs, it runs
+// unconfined, and what it forks or allocates in that window stays outside.
 type Cgroups struct {
 	v2 bool
 	// cpu and memory are where task cgroups are made in each controller's
@@ -177,11 +175,6 @@ func setupV2(own, parent string) error {
 type cgroup struct {
 	v2          bool
 	cpu, memory string
-	// v1: the agent's own cgroups (the parents of the troupe
-	// directories), where the thread that starts the task goes back to,
-	// and the memory limit, written once it has (start).
-	cpuHome, memoryHome string
-	memoryLimit         int64
 }
 
 // dirs are the cgroup's directories, each once.
@@ -212,10 +205,6 @@ func cpuQuota(millicores int64) int64 { return max(millicores*cpuPeriod/1000, 10
 func (c *Cgroups) create(ref string, cpu, memory int64) (*cgroup, error) {
 	name := fmt.Sprintf("%s-%d", strings.ReplaceAll(ref, "/", "_"), time.Now().UnixNano())
 	g := &cgroup{v2: c.v2, cpu: filepath.Join(c.cpu, name), memory: filepath.Join(c.memory, name)}
-	if !c.v2 {
-		g.cpuHome, g.memoryHome, g.memoryLimit = filepath.Dir(c.cpu), filepath.Dir(c.memory), memory
-		memory = 0
-	}
 	for _, d := range g.dirs() {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			g.remove()
@@ -268,59 +257,32 @@ func (g *cgroup) file(name string) string {
 	return filepath.Join(g.cpu, name)
 }
 
-// start starts cmd inside the cgroup, so that neither it nor any child
-// it forks ever runs outside.
-//
-// In v2 the process is cloned into it (SysProcAttr.CgroupFD, clone3's
-// CLONE_INTO_CGROUP).
-//
-// In v1 a process can only be moved in once it runs, and a shell may have
-// forked by then; but v1 membership is per thread, and a new process
-// starts in the cgroups of the thread that forked it. So a thread of its
-// own joins the cgroup, starts the process and goes back to the agent's
-// cgroups. Until it is back, the cgroup has no memory limit: an
-// out-of-memory kill in the cgroup picks among all the processes with a
-// thread in it, the agent too. The limit is written once it is back; a
-// task already above it by then is killed. The thread ends with its
-// goroutine, which never unlocks it: a thread that could not go back is
-// never reused.
-func (g *cgroup) start(cmd *exec.Cmd) error {
-	if g.v2 {
-		fd, err := os.Open(g.cpu)
-		if err != nil {
-			return fmt.Errorf("cgroup: %w", err)
-		}
-		defer fd.Close()
-		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(fd.Fd())
-		return cmd.Start()
+// open opens a v2 cgroup, for a process to start inside
+// (SysProcAttr.CgroupFD); the caller closes it once the process started.
+// It is nil in v1, where join moves the process in.
+func (g *cgroup) open() (*os.File, error) {
+	if !g.v2 {
+		return nil, nil
 	}
-	errc := make(chan error, 1)
-	go func() {
-		goruntime.LockOSThread() // never unlocked: see above
-		tid := []byte(strconv.Itoa(syscall.Gettid()))
-		move := func(dirs ...string) error {
-			for _, d := range dirs {
-				if err := os.WriteFile(filepath.Join(d, "tasks"), tid, 0o644); err != nil {
-					return fmt.Errorf("cgroup: move the thread starting the task into %s: %w", d, err)
-				}
-			}
-			return nil
+	fd, err := os.Open(g.cpu)
+	if err != nil {
+		return nil, fmt.Errorf("cgroup: %w", err)
+	}
+	return fd, nil
+}
+
+// join moves process pid, just started, into a v1 cgroup; a v2 process
+// started inside (see open).
+func (g *cgroup) join(pid int) error {
+	if g.v2 {
+		return nil
+	}
+	for _, d := range g.dirs() {
+		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
+			return fmt.Errorf("cgroup: move %d into %s: %w", pid, d, err)
 		}
-		err := move(g.dirs()...)
-		if err == nil {
-			err = cmd.Start()
-		}
-		err = errors.Join(err, move(g.cpuHome, g.memoryHome))
-		if err == nil && g.memoryLimit > 0 {
-			err = g.limit(0, g.memoryLimit)
-		}
-		if err != nil && cmd.Process != nil {
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			_ = cmd.Wait()
-		}
-		errc <- err
-	}()
-	return <-errc
+	}
+	return nil
 }
 
 // oomKilled says whether the kernel's OOM killer killed a process of the
@@ -371,9 +333,7 @@ func (g *cgroup) remove() error {
 		}
 		procs, _ := os.ReadFile(filepath.Join(d, "cgroup.procs"))
 		for _, f := range strings.Fields(string(procs)) {
-			// A v1 cgroup lists a process whose thread passes through it
-			// (start): never the agent itself.
-			if pid, err := strconv.Atoi(f); err == nil && pid != os.Getpid() {
+			if pid, err := strconv.Atoi(f); err == nil {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}

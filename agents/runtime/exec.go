@@ -185,18 +185,31 @@ func (env taskEnv) command(name string, args []string) *exec.Cmd {
 	return cmd
 }
 
-// start starts cmd, made by command, inside cgroup cg (nil: none), from
-// its first instruction (cgroup.start).
+// start starts cmd, made by command, in cgroup cg (nil: none): in v2 it
+// starts inside, in v1 it is moved in at once, and killed if it cannot be.
 func (env taskEnv) start(cmd *exec.Cmd, cg *cgroup) error {
-	start := cmd.Start
 	if cg != nil {
-		start = func() error { return cg.start(cmd) }
+		fd, err := cg.open()
+		if err != nil {
+			return fmt.Errorf("exec: %w", err)
+		}
+		if fd != nil {
+			defer fd.Close()
+			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(fd.Fd())
+		}
 	}
-	if err := start(); err != nil {
+	if err := cmd.Start(); err != nil {
 		if why := env.user.blocked(cmd.Dir); why != "" {
 			err = fmt.Errorf("%w (%s)", err, why)
 		}
 		return fmt.Errorf("exec: start %s as %s in %s: %w", cmd.Args[0], env.user.name, cmd.Dir, err)
+	}
+	if cg != nil {
+		if err := cg.join(cmd.Process.Pid); err != nil {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			_ = cmd.Wait()
+			return fmt.Errorf("exec: %w", err)
+		}
 	}
 	return nil
 }
