@@ -18,11 +18,12 @@ var (
 	descRaftLog  = prometheus.NewDesc("troupe_raft_log_entries", "Raft log entries retained by this replica.", []string{"shard"}, nil)
 	descRevision = prometheus.NewDesc("troupe_store_revision", "Shard revision on this replica.", []string{"shard"}, nil)
 	descChgLog   = prometheus.NewDesc("troupe_store_change_log_revisions", "Revisions kept in the shard's change log.", []string{"shard"}, nil)
+	descCPUBound = prometheus.NewDesc("troupe_node_cpu_bound", "1 while the process's CPU limits its commits, so each shard keeps one Raft entry in flight instead of two.", nil, nil)
 	descSnapRecv = prometheus.NewDesc("troupe_raft_snapshots_recovered_total", "Snapshots this replica loaded since the process started, to catch up with a log the leader no longer had.", []string{"shard"}, nil)
 )
 
 func (c *raftCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descLeader, descHasLead, descTerm, descApplied, descRaftLog, descRevision, descChgLog, descSnapRecv} {
+	for _, d := range []*prometheus.Desc{descLeader, descHasLead, descTerm, descApplied, descRaftLog, descRevision, descChgLog, descSnapRecv, descCPUBound} {
 		ch <- d
 	}
 }
@@ -36,6 +37,9 @@ func (c *raftCollector) Collect(ch chan<- prometheus.Metric) {
 			return 1
 		}
 		return 0
+	}
+	if c.n.load != nil {
+		ch <- prometheus.MustNewConstMetric(descCPUBound, prometheus.GaugeValue, b2f(c.n.load.Bound()))
 	}
 	for _, ss := range c.n.Status().GetShards() {
 		shard := strconv.Itoa(int(ss.GetShard()))

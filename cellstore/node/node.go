@@ -56,6 +56,7 @@ type Node struct {
 	httpServer *http.Server
 	httpLis    net.Listener
 	stop       chan struct{} // ends the shards' proposers and promotion loops
+	load       *cpuLoad      // whether the CPU limits the proposers (groupcommit.go)
 	// promoting: a joined node's promotion loops (learner.go) and the
 	// leader-preference loop (leaderpref.go); Close waits for them before
 	// closing the Raft host they read.
@@ -222,8 +223,10 @@ func (n *Node) startRaft(meta cellMeta) error {
 	backend := &raftBackend{nh: nh, n: n, sessions: sessions}
 	n.backend = backend
 	n.stop = make(chan struct{})
+	n.load = newCPULoad(processCores())
+	go n.load.run(n.stop)
 	for i := range cfg.Shards {
-		pr := newProposer(backend, i, cfg.Server.MaxInflight, n.stop)
+		pr := newProposer(backend, i, n.load, cfg.Server.MaxInflight, n.stop)
 		backend.proposers = append(backend.proposers, pr)
 		go pr.run()
 	}

@@ -20,7 +20,9 @@ func RaiseGOMAXPROCS() int {
 	if os.Getenv("GOMAXPROCS") != "" {
 		return runtime.GOMAXPROCS(0)
 	}
-	n := 2 * runtime.GOMAXPROCS(0)
+	def := runtime.GOMAXPROCS(0)
+	defaultProcs.Store(int64(def))
+	n := 2 * def
 	runtime.GOMAXPROCS(n)
 	return n
 }

@@ -1,8 +1,9 @@
 package bench
 
 import (
-	"syscall"
 	"time"
+
+	"github.com/troupe-cluster/troupe/cellstore/node"
 )
 
 // processCPU is the CPU time (user and system) this process has used so
@@ -12,11 +13,8 @@ import (
 // CPU per op: a figure that other work on the machine disturbs less than
 // ops/s.
 func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	cpu, _ := node.ProcessCPU()
+	return cpu
 }
 
 // cpuPerOp is cpu spread over ops (0 without ops).
