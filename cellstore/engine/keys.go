@@ -47,6 +47,7 @@ var (
 const (
 	MetaPrefix     = prefixMeta
 	DataPrefix     = prefixData
+	LogPrefix      = prefixLog
 	TxnPrefix      = prefixTxn
 	IntentPrefix   = prefixIntent
 	PreparedPrefix = prefixPrepared

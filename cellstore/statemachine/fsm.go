@@ -166,9 +166,11 @@ func (s *StateMachine) Update(entries []sm.Entry) ([]sm.Entry, error) {
 		cs  *storev1.ChangeSet
 	}
 	var changes []change
-	b := s.db.NewIndexedBatch()
+	b, bulk := s.db.NewIndexedBatch(), s.db.NewBatch()
 	defer b.Close()
-	st := batchStorage{b: b, idx: &s.idx}
+	defer bulk.Close()
+	defer s.idx.endUpdate()
+	st := batchStorage{b: b, bulk: bulk, idx: &s.idx}
 	for i := range entries {
 		e := &entries[i]
 		if e.Index <= s.applied.Load() {
@@ -200,10 +202,13 @@ func (s *StateMachine) Update(entries []sm.Entry) ([]sm.Entry, error) {
 	if err := st.Set(engine.AppliedIndexKey(), engine.EncodeUint64(last)); err != nil {
 		return nil, err
 	}
-	if err := s.idx.flushMeta(b); err != nil {
+	if err := bulk.Apply(b, nil); err != nil {
+		return nil, fmt.Errorf("shard %d: merge batches: %w", s.shard, err)
+	}
+	if err := s.idx.flushMeta(bulk); err != nil {
 		return nil, err
 	}
-	if err := b.Commit(pebble.NoSync); err != nil {
+	if err := bulk.Commit(pebble.NoSync); err != nil {
 		return nil, fmt.Errorf("shard %d: commit batch: %w", s.shard, err)
 	}
 	s.applied.Store(last)

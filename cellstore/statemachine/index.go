@@ -46,6 +46,56 @@ type keyIndex struct {
 	held    map[string][]byte
 	meta    map[string]*metaEntry
 	dirty   []*metaEntry // written since the last flushMeta
+	// written is the large records (kept without their record in data)
+	// that the Update in progress wrote, in order: its batch of user
+	// data is not indexed (batchStorage.bulk), so neither it nor Pebble
+	// can read them back; writtenAt indexes them once one is looked for.
+	written   []writtenRecord
+	writtenAt map[string]int // key → its last record's place in written
+}
+
+// writtenRecord is a large record written by the Update in progress. value
+// is the engine's, which it does not change once written.
+type writtenRecord struct {
+	key     string
+	version uint64
+	value   []byte
+}
+
+// addWritten records that the Update in progress wrote a large record.
+func (x *keyIndex) addWritten(key string, version uint64, value []byte) {
+	x.written = append(x.written, writtenRecord{key, version, value})
+	if x.writtenAt != nil {
+		x.writtenAt[key] = len(x.written) - 1
+	}
+}
+
+// writtenRecord returns the record of data key k if the Update in progress
+// wrote it last as a large record.
+func (x *keyIndex) writtenRecord(k []byte) ([]byte, bool) {
+	if len(x.written) == 0 {
+		return nil, false
+	}
+	if x.writtenAt == nil {
+		x.writtenAt = make(map[string]int, len(x.written))
+		for i, w := range x.written {
+			x.writtenAt[w.key] = i
+		}
+	}
+	i, ok := x.writtenAt[string(k)]
+	if !ok {
+		return nil, false
+	}
+	w := x.written[i]
+	return engine.EncodeRecord(w.version, w.value), true
+}
+
+// endUpdate forgets the records of the Update that ended, which Pebble
+// now has (or which a failed Update leaves to Dragonboat's retry).
+func (x *keyIndex) endUpdate() {
+	clear(x.written) // the values are the entries'
+	x.written = x.written[:0]
+	x.writtenAt = nil
 }
 
 // metaEntry is a metadata key as the index keeps it.
@@ -165,11 +215,35 @@ func (x *keyIndex) flushMeta(b *pebble.Batch) error {
 	return nil
 }
 
-// batchStorage is the engine's Storage over an indexed Pebble batch and
-// the replica's keyIndex.
+// batchStorage is the engine's Storage over two Pebble batches and the
+// replica's keyIndex. Indexing a batch (so that reads see its writes) is a
+// skiplist insert per write, a sixth of the engine's time on a placement;
+// most of what an Update writes needs none. User data goes to bulk, not
+// indexed: the key index answers every read of a data key, but for the
+// value of a large record, which it keeps while the Update that wrote it
+// runs (keyIndex.written). The change log goes there too: nothing in an
+// Update reads it (Scan refuses to). Everything else, read back from
+// Pebble (remembered outcomes, the expiry index, cross-shard records),
+// goes to b, indexed, which Update appends to bulk before committing bulk
+// alone: one atomic batch, as before.
 type batchStorage struct {
-	b   *pebble.Batch
-	idx *keyIndex
+	b    *pebble.Batch
+	bulk *pebble.Batch
+	idx  *keyIndex
+}
+
+// batch returns the batch that writes of storage key k go to.
+func (s batchStorage) batch(k []byte) *pebble.Batch {
+	if bulkFamily(k[0]) {
+		return s.bulk
+	}
+	return s.b
+}
+
+// bulkFamily reports whether the keys that start with prefix are written
+// to the unindexed batch.
+func bulkFamily(prefix byte) bool {
+	return prefix == engine.DataPrefix || prefix == engine.LogPrefix
 }
 
 var (
@@ -189,6 +263,9 @@ func (s batchStorage) Get(key []byte) ([]byte, error) {
 		e, ok := s.idx.data[string(key)]
 		if !ok || e.rec != nil {
 			return e.rec, nil
+		}
+		if rec, ok := s.idx.writtenRecord(key); ok {
+			return rec, nil
 		}
 	default:
 		switch familyOf(key) {
@@ -219,7 +296,12 @@ func (s batchStorage) Set(key, value []byte) error {
 		if err != nil {
 			return err
 		}
-		s.idx.data[string(key)] = e
+		k := string(key)
+		s.idx.data[k] = e
+		if e.rec == nil {
+			_, v, _ := engine.DecodeRecord(value) // newDataEntry decoded it
+			s.idx.addWritten(k, e.version, v)
+		}
 	default:
 		switch familyOf(key) {
 		case presence:
@@ -228,22 +310,25 @@ func (s batchStorage) Set(key, value []byte) error {
 			s.idx.held[string(key)] = value
 		}
 	}
-	return s.b.Set(key, value, nil)
+	return s.batch(key).Set(key, value, nil)
 }
 
 // SetRecord implements engine.RecordWriter: the record is encoded in the
 // batch's own memory, and kept by the index (a copy) only when small.
 func (s batchStorage) SetRecord(key []byte, version uint64, value []byte) error {
 	n := protowire.SizeVarint(version)
-	op := s.b.SetDeferred(len(key), n+len(value))
+	op := s.bulk.SetDeferred(len(key), n+len(value))
 	copy(op.Key, key)
 	binary.PutUvarint(op.Value, version)
 	copy(op.Value[n:], value)
 	e := dataEntry{version: version}
+	k := string(key)
 	if len(op.Value) <= maxCachedValue {
 		e.rec = bytes.Clone(op.Value) // the batch's memory moves as it grows
+	} else {
+		s.idx.addWritten(k, version, value)
 	}
-	s.idx.data[string(key)] = e
+	s.idx.data[k] = e
 	return op.Finish()
 }
 
@@ -257,7 +342,7 @@ func (s batchStorage) SetMessage(key []byte, m engine.Message) error {
 		}
 		return s.Set(key, b)
 	}
-	op := s.b.SetDeferred(len(key), m.SizeVT())
+	op := s.batch(key).SetDeferred(len(key), m.SizeVT())
 	copy(op.Key, key)
 	if _, err := m.MarshalToSizedBufferVT(op.Value); err != nil {
 		return err
@@ -279,5 +364,5 @@ func (s batchStorage) Delete(key []byte) error {
 		delete(s.idx.present, string(key))
 		delete(s.idx.held, string(key))
 	}
-	return s.b.Delete(key, nil)
+	return s.batch(key).Delete(key, nil)
 }
