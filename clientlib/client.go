@@ -188,6 +188,7 @@ func New(cfg Config) (*Client, error) {
 			MinConnectTimeout: 5 * time.Second,
 		}),
 	}
+	opts = append(opts, FlowControlDialOptions()...)
 	opts = append(opts, cfg.DialOptions...)
 	for _, addr := range cfg.Endpoints {
 		conn, err := grpc.NewClient(addr, opts...)
@@ -201,6 +202,20 @@ func New(cfg Config) (*Client, error) {
 	// Clients start on different endpoints to spread the load.
 	c.cur.Store(int64(mrand.IntN(len(c.eps))))
 	return c, nil
+}
+
+// FlowControlDialOptions returns the options that fix a connection's
+// flow-control windows rather than leave them to gRPC's BDP estimator,
+// which is on unless a window is set: it answers the first data of a
+// round with a window update and a ping, which the store answers with a
+// ping ack, so every lone call cost an extra write and read on each side,
+// and a goroutine wake-up at either end of each (the store server fixes
+// its windows for the same reason, cellstore/node). The stream window
+// holds a watch response of the largest request at once; the connection
+// window is the estimator's own ceiling. Other clients of the store
+// (tools/bench) take them too.
+func FlowControlDialOptions() []grpc.DialOption {
+	return []grpc.DialOption{grpc.WithInitialWindowSize(4 << 20), grpc.WithInitialConnWindowSize(16 << 20)}
 }
 
 // Close stops background work and closes the connections. Calls in flight

@@ -80,6 +80,21 @@ type Node struct {
 // as they all did before.
 const streamWorkers = 128
 
+// The flow-control windows of the gRPC server's connections, fixed rather
+// than left to gRPC's BDP estimator, which is on unless a window is set:
+// it answers the first data of a round with a window update and a ping,
+// which the client answers with a ping ack, so a lone commit cost each
+// side an extra write and read, and a goroutine wake-up at either end of
+// each (clients of the store fix theirs too,
+// clientlib.FlowControlDialOptions; without the estimator on either side
+// seq spent 3-9% less CPU per op on the 2-core development machine). The
+// stream window holds the largest request (Server.Limits, 4 MiB by
+// default) at once; the connection window is the estimator's own ceiling.
+const (
+	grpcStreamWindow = 4 << 20
+	grpcConnWindow   = 16 << 20
+)
+
 // Start starts a store node. It returns once the node serves gRPC; shards
 // may still be electing leaders (see WaitReady).
 func Start(cfg Config) (*Node, error) {
@@ -259,7 +274,7 @@ func (n *Node) startRaft(meta cellMeta) error {
 	}
 	go n.recoverTxns(srv, scfg.TxnTimeout)
 	opts = append(opts, grpc.ChainUnaryInterceptor(n.unaryRemoved), grpc.ChainStreamInterceptor(n.streamRemoved), codec.ServerOption(),
-		grpc.NumStreamWorkers(streamWorkers))
+		grpc.NumStreamWorkers(streamWorkers), grpc.InitialWindowSize(grpcStreamWindow), grpc.InitialConnWindowSize(grpcConnWindow))
 	n.grpcServer = grpc.NewServer(append(opts, grpc.MaxRecvMsgSize(cfg.Server.Limits.MaxRequestBytes+64<<10))...)
 	storev1.RegisterStoreServer(n.grpcServer, srv)
 	storev1.RegisterAdminServer(n.grpcServer, server.NewAdmin(srv, backend))

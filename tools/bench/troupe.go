@@ -91,7 +91,8 @@ func DialTroupe(cfg TroupeConfig) (*Troupe, error) {
 		return nil, err
 	}
 	t := &Troupe{cfg: cfg, endpoints: cfg.Endpoints, txnPrefix: "bench-" + hex.EncodeToString(nonce)}
-	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(pki.StoreCredentials(cfg.TLS)), codec.DialOption()}, cfg.DialOptions...)
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(pki.StoreCredentials(cfg.TLS)), codec.DialOption()}, clientlib.FlowControlDialOptions()...)
+	opts = append(opts, cfg.DialOptions...)
 	for _, ep := range cfg.Endpoints {
 		conn, err := grpc.NewClient(ep, opts...)
 		if err != nil {
