@@ -12,10 +12,11 @@ import (
 // process has used (user and system, getrusage) every cpuSampleEvery and
 // compares it with what the machine's cores could have given it over
 // that time. The share rises above cpuBoundAbove only when the process
-// keeps the cores busy: loopback benchmarks with tens of clients on two
-// cores ran at 75-85%, while the same benchmark with 5 ms between nodes
-// ran at about 30% and one client alone at about 60%. The hysteresis
-// keeps one noisy sample from flipping the verdict.
+// keeps the cores busy: a loopback benchmark with 64 clients on two cores
+// ran at 72-91%, while the same benchmark with 5 ms between nodes ran at
+// about 30% and one client alone at about 60% (docs/measurements.md,
+// 2026-11-25, fifth session). The hysteresis keeps one noisy sample from
+// flipping the verdict.
 type cpuLoad struct {
 	bound atomic.Bool
 	cores int
