@@ -8,12 +8,12 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/troupe-cluster/troupe/cellstore/memstore"
 	"github.com/troupe-cluster/troupe/clientlib"
-	"github.com/troupe-cluster/troupe/clientlib/clienttest"
 	storev1 "github.com/troupe-cluster/troupe/proto/troupe/store/v1"
 	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 )
@@ -313,7 +313,7 @@ func TestEncodeKeepsEveryMetadataField(t *testing.T) {
 		task := sampleTask()
 		task.Metadata.Version = 42 // read at a version: Encode copies the metadata without it
 		m := task.GetMetadata().ProtoReflect()
-		clienttest.SetMetaField(t, m, fd, epoch.Add(time.Hour))
+		setMetaField(t, m, fd)
 		b, err := clientlib.Encode(task)
 		if err != nil {
 			t.Fatal(err)
@@ -322,5 +322,63 @@ func TestEncodeKeepsEveryMetadataField(t *testing.T) {
 		if err != nil || !proto.Equal(got, task) {
 			t.Fatalf("%s set: decoded %v, %v; want %v", fd.Name(), got, err, task)
 		}
+	}
+}
+
+// MetaAt copies every field of the metadata but the version, which it
+// sets: each field in turn is set and must be in the copy.
+func TestMetaAtKeepsEveryField(t *testing.T) {
+	fields := (&troupev1.ObjectMeta{}).ProtoReflect().Descriptor().Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		meta := &troupev1.ObjectMeta{Name: "t", Namespace: "sim", Version: 3}
+		setMetaField(t, meta.ProtoReflect(), fd)
+		want := proto.CloneOf(meta)
+		want.Version = 7
+		if got := clientlib.MetaAt(meta, 7); !proto.Equal(got, want) {
+			t.Fatalf("%s set: MetaAt gives %v, want %v", fd.Name(), got, want)
+		}
+	}
+}
+
+// TaskAt keeps every field of the task: each field but the metadata in
+// turn is set, and the copy at the task's own version must equal it.
+func TestTaskAtKeepsEveryField(t *testing.T) {
+	fields := (&troupev1.Task{}).ProtoReflect().Descriptor().Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		if fd.Name() == "metadata" {
+			continue // TestMetaAtKeepsEveryField
+		}
+		if fd.Message() == nil || fd.IsList() || fd.IsMap() {
+			t.Fatalf("Task field %s is not a message: set it here", fd.Name())
+		}
+		task := &troupev1.Task{Metadata: &troupev1.ObjectMeta{Name: "t", Namespace: "sim", Version: 3}}
+		m := task.ProtoReflect()
+		m.Set(fd, protoreflect.ValueOfMessage(m.NewField(fd).Message())) // present, empty
+		if got := clientlib.TaskAt(task, 3); !proto.Equal(got, task) {
+			t.Fatalf("%s set: TaskAt gives %v, want %v", fd.Name(), got, task)
+		}
+	}
+}
+
+// setMetaField sets field fd of m, an ObjectMeta, to a value other than
+// its zero, for tests that set each of its fields in turn, whatever fields
+// it gains: a map gets one entry, a message (a timestamp) an hour past
+// epoch, a string "set", a uint64 9. A field of another kind fails t,
+// saying to add one.
+func setMetaField(t testing.TB, m protoreflect.Message, fd protoreflect.FieldDescriptor) {
+	t.Helper()
+	switch {
+	case fd.IsMap():
+		m.Mutable(fd).Map().Set(protoreflect.ValueOfString("k").MapKey(), protoreflect.ValueOfString("v"))
+	case fd.Message() != nil:
+		m.Set(fd, protoreflect.ValueOfMessage(timestamppb.New(epoch.Add(time.Hour)).ProtoReflect()))
+	case fd.Kind() == protoreflect.StringKind:
+		m.Set(fd, protoreflect.ValueOfString("set"))
+	case fd.Kind() == protoreflect.Uint64Kind:
+		m.Set(fd, protoreflect.ValueOfUint64(9))
+	default:
+		t.Fatalf("field %s: no value of kind %v here: add one", fd.Name(), fd.Kind())
 	}
 }

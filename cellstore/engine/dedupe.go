@@ -116,7 +116,7 @@ func (g *expiryGroup) write(st Storage) error {
 func encodeIDs(ids []string) []byte {
 	n := 0
 	for _, id := range ids {
-		n += binary.MaxVarintLen16 + len(id) // txn ids are at most 128 bytes (server.Limits)
+		n += binary.MaxVarintLen16 + len(id) // a capacity hint: an id over 64 KiB only makes append grow
 	}
 	b := make([]byte, 0, n)
 	for _, id := range ids {

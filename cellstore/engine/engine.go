@@ -497,6 +497,7 @@ func (a *applier) write(retention uint64) (*storev1.ChangeSet, error) {
 		kv storev1.KeyValue
 	}
 	evs := make([]event, len(writes)) // one allocation for all
+	rw, inPlace := a.st.(RecordWriter)
 	for i, w := range writes {
 		k, p := w.key, w.p
 		kv := &evs[i].kv
@@ -514,7 +515,7 @@ func (a *applier) write(retention uint64) (*storev1.ChangeSet, error) {
 			err = a.st.Delete(a.dataKey(k))
 		} else {
 			kv.Value = p.value
-			if rw, ok := a.st.(RecordWriter); ok {
+			if inPlace {
 				err = rw.SetRecord(a.dataKey(k), a.rev, p.value)
 			} else {
 				err = a.st.Set(a.dataKey(k), EncodeRecord(a.rev, p.value))

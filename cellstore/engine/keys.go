@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // Internal key prefixes; see the package comment.
@@ -125,9 +127,19 @@ func AppliedIndexKey() []byte { return []byte(metaAppliedIx) }
 
 // EncodeRecord encodes a stored user value with its version.
 func EncodeRecord(version uint64, value []byte) []byte {
-	b := make([]byte, 0, binary.MaxVarintLen64+len(value))
-	b = binary.AppendUvarint(b, version)
-	return append(b, value...)
+	b := make([]byte, RecordSize(version, len(value)))
+	PutRecord(b, version, value)
+	return b
+}
+
+// RecordSize is the length of the record of a value of n bytes at version.
+func RecordSize(version uint64, n int) int { return protowire.SizeVarint(version) + n }
+
+// PutRecord encodes the record of value at version into dst, which is
+// RecordSize long, for writers that encode in place (RecordWriter).
+func PutRecord(dst []byte, version uint64, value []byte) {
+	n := binary.PutUvarint(dst, version)
+	copy(dst[n:], value)
 }
 
 // DecodeRecord splits a stored user value into version and value. The value

@@ -97,11 +97,13 @@ func (pr *proposer) finish() {
 // whose caller gave up may still be applied: the outcome is then unknown
 // to the caller, who retries with the same txn_id.
 func (pr *proposer) propose(ctx context.Context, p *storev1.Proposal) (*storev1.Outcome, error) {
-	pp := &pendingProposal{p: p, size: p.SizeVT(), done: make(chan proposalResult, 1)}
 	// Nothing waits and an entry may start: this proposal is its own
 	// entry, replicated from this goroutine, without the two hand-offs to
 	// the proposer's goroutines (each a wake-up on a lone commit's path).
-	// Its caller is the entry's only one, so the caller's ctx bounds it.
+	// Its caller is the entry's only one, so the caller's ctx bounds it;
+	// a caller that gives up frees its place at once, while Raft may
+	// still carry the entry. The limit shapes batches; what bounds the
+	// load is MaxInflight, the slots a request takes in the server.
 	if pr.waiting.Load() == 0 && pr.tryStart() {
 		select {
 		case <-pr.stop:
@@ -110,12 +112,14 @@ func (pr *proposer) propose(ctx context.Context, p *storev1.Proposal) (*storev1.
 		default:
 		}
 		defer pr.finish()
-		outs, err := pr.replicate(ctx, []*pendingProposal{pp})
+		outs, err := pr.replicate(ctx, []*pendingProposal{{p: p}})
 		if err != nil {
 			return nil, err
 		}
 		return outs[0], nil
 	}
+	// Queued: its size for the batch's bound, and where run answers.
+	pp := &pendingProposal{p: p, size: p.SizeVT(), done: make(chan proposalResult, 1)}
 	pr.waiting.Add(1)
 	select {
 	case pr.queue <- pp:

@@ -2,13 +2,11 @@ package statemachine
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
-	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/troupe-cluster/troupe/cellstore/engine"
 )
@@ -135,16 +133,17 @@ type dataEntry struct {
 	rec     []byte // the whole record; nil when larger than maxCachedValue
 }
 
-// newDataEntry indexes record rec, which it may keep.
-func newDataEntry(rec []byte) (dataEntry, error) {
-	v, _, err := engine.DecodeRecord(rec)
+// newDataEntry indexes record rec, which it may keep, and returns the
+// record's value (aliasing rec).
+func newDataEntry(rec []byte) (dataEntry, []byte, error) {
+	v, value, err := engine.DecodeRecord(rec)
 	if err != nil {
-		return dataEntry{}, err
+		return dataEntry{}, nil, err
 	}
 	if len(rec) > maxCachedValue {
 		rec = nil
 	}
-	return dataEntry{version: v, rec: rec}, nil
+	return dataEntry{version: v, rec: rec}, value, nil
 }
 
 // family is how the index keeps the keys of storage key k's family.
@@ -177,7 +176,7 @@ func (x *keyIndex) load(db *pebble.DB) error {
 		k := it.Key()
 		switch {
 		case k[0] == engine.DataPrefix:
-			e, err := newDataEntry(it.Value())
+			e, _, err := newDataEntry(it.Value())
 			if err != nil {
 				it.Close()
 				return fmt.Errorf("key %q: %w", k, err)
@@ -292,14 +291,13 @@ func (s batchStorage) Set(key, value []byte) error {
 		s.idx.setMeta(key, value, true) // the engine's Set contract: value is not changed afterwards
 		return nil
 	case engine.DataPrefix:
-		e, err := newDataEntry(value)
+		e, v, err := newDataEntry(value)
 		if err != nil {
 			return err
 		}
 		k := string(key)
 		s.idx.data[k] = e
 		if e.rec == nil {
-			_, v, _ := engine.DecodeRecord(value) // newDataEntry decoded it
 			s.idx.addWritten(k, e.version, v)
 		}
 	default:
@@ -316,11 +314,9 @@ func (s batchStorage) Set(key, value []byte) error {
 // SetRecord implements engine.RecordWriter: the record is encoded in the
 // batch's own memory, and kept by the index (a copy) only when small.
 func (s batchStorage) SetRecord(key []byte, version uint64, value []byte) error {
-	n := protowire.SizeVarint(version)
-	op := s.bulk.SetDeferred(len(key), n+len(value))
+	op := s.bulk.SetDeferred(len(key), engine.RecordSize(version, len(value)))
 	copy(op.Key, key)
-	binary.PutUvarint(op.Value, version)
-	copy(op.Value[n:], value)
+	engine.PutRecord(op.Value, version, value)
 	e := dataEntry{version: version}
 	k := string(key)
 	if len(op.Value) <= maxCachedValue {

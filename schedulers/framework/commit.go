@@ -40,9 +40,10 @@ func take(g *clientlib.Group, m *Machine, deltas map[string]int64, claims int, m
 // its Binding object deleted; the caller gives its requests back to the
 // machine.
 func evict(g *clientlib.Group, v *Running, p Placement) {
-	t := v.Task // shared with the scheduler's cache: read, never written (as by EncodeBinding)
-	pending := &troupev1.Task{Metadata: t.GetMetadata(), Spec: t.GetSpec(), Charge: t.GetCharge(),
-		Status: &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_PENDING, Reason: "preempted by " + p.Task.Key}}
+	// v.Task is shared with the scheduler's cache: read, never written (as by EncodeBinding).
+	pending := clientlib.TaskAt(v.Task, v.Task.GetMetadata().GetVersion())
+	pending.Binding = nil
+	pending.Status = &troupev1.TaskStatus{Phase: troupev1.TaskPhase_TASK_PHASE_PENDING, Reason: "preempted by " + p.Task.Key}
 	clientlib.PutObject(g, clientlib.Tasks, pending)
 	g.Delete(clientlib.BindingKey(v.Task))
 }

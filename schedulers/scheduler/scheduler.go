@@ -258,7 +258,7 @@ func jobOf(t *troupev1.Task) string {
 
 // taskChanged is told of task t at key, added or updated.
 func (s *Scheduler) taskChanged(key string, t *troupev1.Task, added bool) {
-	job := jobOf(t) // for lookups only: made on the stack, queued as a copy
+	job := jobOf(t) // for lookups only, so a short one stays on the stack; queued as a copy
 	if !s.servesJob(job) {
 		// Another partition's: never decided about nor placed here, so
 		// nothing to forget or queue, and s.mu (held while a decision
@@ -270,7 +270,7 @@ func (s *Scheduler) taskChanged(key string, t *troupev1.Task, added bool) {
 	if a, ok := s.assumed[job][key]; ok && t.GetMetadata().GetVersion() >= a.version {
 		s.forget(job, key) // the cache caught up with our placement (or what followed it)
 	}
-	pending := clientlib.Pending(t) && s.serves(t)
+	pending := clientlib.Pending(t) && t.GetSpec().GetScheduler() == s.cfg.Kind // and in the partition (above)
 	if r := s.jobs[job]; pending && r != nil {
 		r.waiting = nil // a change of its tasks ends a job's wait
 		r.sure = r.sure && !added

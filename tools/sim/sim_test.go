@@ -10,11 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/troupe-cluster/troupe/clientlib"
-	"github.com/troupe-cluster/troupe/clientlib/clienttest"
-	troupev1 "github.com/troupe-cluster/troupe/proto/troupe/v1"
 	"github.com/troupe-cluster/troupe/schedulers/framework"
 	"github.com/troupe-cluster/troupe/schedulers/profiles"
 	"github.com/troupe-cluster/troupe/schedulers/scheduler"
@@ -328,23 +324,6 @@ func TestCounterOverCapacityFails(t *testing.T) {
 		}
 		if (s.err != nil) != c.over {
 			t.Fatalf("%s cpu %+d: the run's error is %v", c.machine, c.add, s.err)
-		}
-	}
-}
-
-// withVersion copies every field of the metadata but the version, which
-// it sets: each field in turn is set and must be in the copy.
-func TestWithVersionKeepsEveryField(t *testing.T) {
-	fields := (&troupev1.ObjectMeta{}).ProtoReflect().Descriptor().Fields()
-	for i := range fields.Len() {
-		fd := fields.Get(i)
-		meta := &troupev1.ObjectMeta{Name: "t", Namespace: "sim", Version: 3}
-		m := meta.ProtoReflect()
-		clienttest.SetMetaField(t, m, fd, epoch.Add(time.Hour))
-		want := proto.CloneOf(meta)
-		want.Version = 7
-		if got := withVersion(meta, 7); !proto.Equal(got, want) {
-			t.Fatalf("%s set: withVersion gives %v, want %v", fd.Name(), got, want)
 		}
 	}
 }

@@ -120,9 +120,9 @@ type jobSearch struct{ Find, Sort, Status string }
 
 // Sorts are the form's choices of order, the current one selected.
 func (j *jobSearch) Sorts() []sortChoice {
-	out := make([]sortChoice, 0, len(jobSortLabels))
-	for _, c := range jobSortLabels {
-		out = append(out, sortChoice{Value: c[0], Label: c[1], On: c[0] == j.Sort})
+	out := make([]sortChoice, 0, len(jobSorts))
+	for _, o := range jobSorts {
+		out = append(out, sortChoice{Value: o.value, Label: o.label, On: o.value == j.Sort})
 	}
 	return out
 }
@@ -132,9 +132,6 @@ type sortChoice struct {
 	Value, Label string
 	On           bool
 }
-
-// jobSortLabels name jobSorts' orders in the form, in the form's order.
-var jobSortLabels = [][2]string{{"", "name"}, {"newest", "newest first"}, {"pending", "most tasks pending"}, {"failed", "most tasks failed"}}
 
 // crumb is a step of the page's path in its header.
 type crumb struct{ Text, URL string }

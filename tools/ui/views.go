@@ -186,7 +186,7 @@ func (a *Aggregator) cellView(q url.Values) cellView {
 	}
 	v.Find = strings.TrimSpace(q.Get("find"))
 	keys = jobsFound(keys, v.Find)
-	if order, ok := jobSorts[q.Get("sort")]; ok && order != nil {
+	if order := jobSortBy(q.Get("sort")); order != nil {
 		v.Sort = q.Get("sort")
 		type fact struct {
 			key string
@@ -204,10 +204,11 @@ func (a *Aggregator) cellView(q url.Values) cellView {
 		}
 	}
 	keep := url.Values{}
-	for k, val := range map[string]string{"find": v.Find, "sort": v.Sort} {
-		if val != "" {
-			keep.Set(k, val)
-		}
+	if v.Find != "" {
+		keep.Set("find", v.Find)
+	}
+	if v.Sort != "" {
+		keep.Set("sort", v.Sort)
 	}
 	v.AllHref = "?" + keep.Encode()
 	v.StatusHrefs = map[string]string{}
@@ -224,14 +225,28 @@ func (a *Aggregator) cellView(q url.Values) cellView {
 	return v
 }
 
-// jobSorts are the orders the cell page lists jobs in, by the name of its
-// sort parameter; jobs that tie stay in name order, as does the default
-// (nil).
-var jobSorts = map[string]func(x, y jobFacts) int{
-	"":        nil,
-	"newest":  func(x, y jobFacts) int { return y.created.Compare(x.created) },
-	"pending": func(x, y jobFacts) int { return cmp.Compare(y.pending, x.pending) },
-	"failed":  func(x, y jobFacts) int { return cmp.Compare(y.failed, x.failed) },
+// jobSorts are the orders the cell page lists jobs in, in the form's
+// order: the value of its sort parameter, the form's label, and the order
+// (nil: by name). Jobs that tie stay in name order.
+var jobSorts = []struct {
+	value, label string
+	order        func(x, y jobFacts) int
+}{
+	{"", "name", nil},
+	{"newest", "newest first", func(x, y jobFacts) int { return y.created.Compare(x.created) }},
+	{"pending", "most tasks pending", func(x, y jobFacts) int { return cmp.Compare(y.pending, x.pending) }},
+	{"failed", "most tasks failed", func(x, y jobFacts) int { return cmp.Compare(y.failed, x.failed) }},
+}
+
+// jobSortBy is the order of sort parameter value (nil: by name, also for
+// a value it does not know).
+func jobSortBy(value string) func(x, y jobFacts) int {
+	for _, o := range jobSorts {
+		if o.value == value {
+			return o.order
+		}
+	}
+	return nil
 }
 
 // jobsFound keeps the job keys whose namespace/name contains find, case
