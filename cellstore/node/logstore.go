@@ -71,10 +71,14 @@ func logDBFactory(store string) config.LogDBFactory {
 }
 
 // tanFactory makes Dragonboat's tan log stores, each wrapped in a
-// stateKeeper.
+// stateKeeper, on a sizedFS.
 type tanFactory struct{}
 
 func (tanFactory) Create(cfg config.NodeHostConfig, cb config.LogDBCallback, dirs, wals []string) (raftio.ILogDB, error) {
+	if err := trimLogs(filepath.Join(dirs[0], logStoreDirs[LogStoreTan])); err != nil {
+		return nil, err
+	}
+	cfg.Expert.FS = newSizedFS(cfg.Expert.FS)
 	db, err := tan.Factory.Create(cfg, cb, dirs, wals)
 	if err != nil {
 		return nil, err

@@ -120,7 +120,7 @@ func (c *syncCounter) wrap(name string, f vfs.File, err error) (vfs.File, error)
 	if err != nil || !(strings.Contains(name, "tandb") || strings.Contains(name, "logdb-")) {
 		return f, err
 	}
-	return countedFile{f, &c.syncs}, nil
+	return vfs.WithFd(f, countedFile{f, &c.syncs}), nil
 }
 
 func (c *syncCounter) Create(name string) (vfs.File, error) {
