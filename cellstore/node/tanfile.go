@@ -211,6 +211,7 @@ const (
 	logHeaderSize       = 7
 	logRecyclableHeader = 11
 	logFirstRecyclable  = 5 // recyclableFullChunkType
+	logLastRecyclable   = 8 // recyclableLastChunkType
 )
 
 // logicalSize returns the bytes of the log file r (of size n) that hold
@@ -234,7 +235,7 @@ func logicalSize(r io.ReaderAt, n int64) (int64, error) {
 				return start + int64(off), nil
 			}
 			size := logHeaderSize
-			if h[6] >= logFirstRecyclable {
+			if h[6] >= logFirstRecyclable && h[6] <= logLastRecyclable {
 				size = logRecyclableHeader
 			}
 			off += size + int(binary.LittleEndian.Uint16(h[4:6]))

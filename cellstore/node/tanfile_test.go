@@ -217,3 +217,39 @@ func TestTanLogIndexedAtFullSize(t *testing.T) {
 	defer db.Close()
 	checkEntries(t, db, 100)
 }
+
+// logicalSize ends a log at its first zeroed chunk header, and reads past
+// a block's zero padding (a tail too short for a header) as tan does.
+func TestLogicalSize(t *testing.T) {
+	chunk := func(n int) []byte { // a legacy full chunk with n bytes of payload
+		c := make([]byte, logHeaderSize+n)
+		c[0], c[4], c[5], c[6] = 0xab, byte(n), byte(n>>8), 1
+		for i := logHeaderSize; i < len(c); i++ {
+			c[i] = 0x5a
+		}
+		return c
+	}
+	var padded []byte // a block filled to 5 bytes short, then a chunk
+	padded = append(padded, chunk(logBlockSize-logHeaderSize-5)...)
+	padded = append(padded, make([]byte, 5)...)
+	padded = append(padded, chunk(100)...)
+	records := len(padded)
+	for _, tc := range []struct {
+		name       string
+		file       []byte
+		want       int64
+		allocation int
+	}{
+		{"zeroed tail", append(chunk(10), chunk(20)...), 17 + 27, 1 << 20},
+		{"no tail", append(chunk(10), chunk(20)...), 17 + 27, 0},
+		{"padding, then records", padded, int64(records), 1 << 20},
+		{"zeroed header in a block's last 11 bytes", chunk(logBlockSize - logHeaderSize - 9), logBlockSize, 1 << 20},
+		{"nothing written", nil, 0, 1 << 20},
+	} {
+		file := append(tc.file, make([]byte, tc.allocation)...)
+		got, err := logicalSize(bytes.NewReader(file), int64(len(file)))
+		if err != nil || got != tc.want {
+			t.Errorf("%s: logicalSize = %d, %v; want %d", tc.name, got, err, tc.want)
+		}
+	}
+}
