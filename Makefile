@@ -7,6 +7,8 @@ DATE     ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 LDFLAGS  := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(DATE)
 DURATION ?= 10s
 WORKLOADS ?= seq,cas,place,place4,split4
+# ROUNDS > 1: bench-compare starts both systems and alternates them in rounds.
+ROUNDS ?= 1
 FUZZTIME ?= 30s
 FAULT_ROUNDS ?= 20
 FAULT_SEED ?= $(shell date +%s)
@@ -81,7 +83,7 @@ bench: build
 
 # The same workloads against Troupe and embedded etcd, one JSON line each.
 bench-compare:
-	cd tools/benchcompare && DURATION=$(DURATION) $(GO) run . -workloads=$(WORKLOADS)
+	cd tools/benchcompare && DURATION=$(DURATION) $(GO) run . -workloads=$(WORKLOADS) -rounds=$(ROUNDS)
 
 # Longer fuzzing than the seed corpus `make test` runs.
 fuzz:

@@ -132,6 +132,18 @@ func RunSystem(ctx context.Context, name string, start Starter, parent string, w
 	}
 	defer func() { err = errors.Join(err, os.RemoveAll(dir)) }()
 
+	counts, byShards := groupByShards(workloads, shards)
+	for _, n := range counts {
+		if err := runStarted(ctx, name, start, filepath.Join(dir, fmt.Sprintf("data-%d", n)), n, byShards[n], cfg, rep); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// groupByShards groups workloads by the shards of the cell each runs on
+// (ShardsFor), the counts in the order they first come.
+func groupByShards(workloads []Workload, shards int) ([]int, map[int][]Workload) {
 	byShards := map[int][]Workload{}
 	var counts []int
 	for _, w := range workloads {
@@ -141,12 +153,84 @@ func RunSystem(ctx context.Context, name string, start Starter, parent string, w
 		}
 		byShards[n] = append(byShards[n], w)
 	}
+	return counts, byShards
+}
+
+// RunInterleaved runs workloads on the systems names (started by start)
+// at once: it starts them all, then runs each workload in rounds, the
+// systems taking turns within each round, each turn cfg.Duration/rounds
+// long, and reports each system's turns as one result (MergeResults).
+// A machine whose speed drifts during a comparison then slows every
+// system alike, where one system's run after another's does not. The
+// watch workload's results do not merge: it is refused.
+func RunInterleaved(ctx context.Context, names []string, start map[string]Starter, parent string, workloads []Workload, shards, rounds int, cfg Config, rep *Reporter) (err error) {
+	for _, w := range workloads {
+		if w.Name() == WorkloadWatch {
+			return fmt.Errorf("%s runs on its own, not in rounds", WorkloadWatch)
+		}
+	}
+	dir, err := os.MkdirTemp(parent, "troupe-bench-interleaved-")
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, os.RemoveAll(dir)) }()
+
+	turn := cfg
+	turn.Duration = cfg.Duration / time.Duration(rounds)
+	counts, byShards := groupByShards(workloads, shards)
 	for _, n := range counts {
-		if err := runStarted(ctx, name, start, filepath.Join(dir, fmt.Sprintf("data-%d", n)), n, byShards[n], cfg, rep); err != nil {
+		if err := runRounds(ctx, names, start, filepath.Join(dir, fmt.Sprintf("data-%d", n)), n, byShards[n], rounds, turn, rep); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// runRounds starts the systems names of shards shards under dir, runs
+// each workload rounds times on each in turn, reports and stops them.
+func runRounds(ctx context.Context, names []string, start map[string]Starter, dir string, shards int, workloads []Workload, rounds int, turn Config, rep *Reporter) (err error) {
+	var systems []startedSystem
+	defer func() {
+		for i := len(systems) - 1; i >= 0; i-- {
+			if cerr := systems[i].close(); cerr != nil {
+				err = errors.Join(err, fmt.Errorf("%s: close: %w", names[i], cerr))
+			}
+		}
+	}()
+	for _, name := range names {
+		fmt.Fprintf(os.Stderr, "%s: starting %s in %s for the %d-shard workloads\n", name, name, dir, shards)
+		startCtx, cancel := context.WithTimeout(ctx, startTimeout)
+		sys, closeSys, err := start[name](startCtx, filepath.Join(dir, name), shards)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		systems = append(systems, startedSystem{sys, closeSys})
+	}
+	for _, w := range workloads {
+		turns := make([][]Result, len(systems))
+		for range rounds {
+			for i, sys := range systems {
+				res, err := Run(ctx, sys.System, w, turn)
+				if err != nil {
+					return err
+				}
+				turns[i] = append(turns[i], res)
+			}
+		}
+		for i := range systems {
+			if err := rep.Add(MergeResults(turns[i])); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// startedSystem is a started system with what stops it.
+type startedSystem struct {
+	System
+	close func() error
 }
 
 // runStarted starts a system of shards shards under dir, runs workloads

@@ -220,3 +220,82 @@ func TestSplit4PutsPlace4KeysAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestRunInterleavedTakesTurns checks that RunInterleaved starts every
+// system before the first run, runs each workload in rounds with the
+// systems taking turns, places fresh tasks in every turn, reports each
+// system once per workload, and stops the systems; and that it refuses
+// watch.
+func TestRunInterleavedTakesTurns(t *testing.T) {
+	const maxOps, rounds = 3, 3
+	p := testParams()
+	ws, err := ParseWorkloads("seq,place", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events []string
+	systems := map[string]*memSystem{}
+	start := map[string]Starter{}
+	for _, name := range []string{"troupe", "etcd"} {
+		start[name] = func(context.Context, string, int) (System, func() error, error) {
+			events = append(events, "start "+name)
+			sys := newMemSystem(name)
+			systems[name] = sys
+			return sys, func() error { events = append(events, "close "+name); return nil }, nil
+		}
+	}
+	var out bytes.Buffer
+	clock := &stepClock{step: time.Millisecond}
+	err = RunInterleaved(context.Background(), []string{"troupe", "etcd"}, start, t.TempDir(), ws, 1, rounds,
+		Config{MaxOps: maxOps, Now: clock.Now, Log: runRecorder{&events}}, NewReporter(&out, "troupe", "etcd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"start troupe", "start etcd"}
+	for _, w := range []string{"seq", "place"} {
+		for range rounds {
+			want = append(want, "troupe/"+w, "etcd/"+w)
+		}
+	}
+	want = append(want, "close etcd", "close troupe")
+	if !slices.Equal(events, want) {
+		t.Errorf("events %q,\nwant %q", events, want)
+	}
+	for name, sys := range systems {
+		tasks := 0
+		for k := range sys.kv {
+			if strings.HasPrefix(k, "/tasks/") {
+				tasks++
+			}
+		}
+		if puts, places := sys.count("Put"), sys.count("Place"); puts != rounds*maxOps || places != rounds*maxOps*p.Clients || tasks != places {
+			t.Errorf("%s: %d puts, %d placements of %d tasks; want %d puts, %d placements, each of a new task",
+				name, puts, places, tasks, rounds*maxOps, rounds*maxOps*p.Clients)
+		}
+	}
+	for _, w := range []string{"seq", "place"} {
+		if n := strings.Count(out.String(), `{"workload":"`+w+`","ratio_ops"`); n != 1 {
+			t.Errorf("%d ratio lines for %s, want 1, in\n%s", n, w, out.String())
+		}
+	}
+
+	p.Watchers = 2
+	watch, err := ParseWorkloads("watch", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := RunInterleaved(context.Background(), []string{"troupe"}, start, t.TempDir(), watch, 1, rounds,
+		Config{MaxOps: maxOps}, NewReporter(&out, "troupe", "etcd")); err == nil || !strings.Contains(err.Error(), "watch") {
+		t.Errorf("RunInterleaved with watch: %v, want it refused", err)
+	}
+}
+
+// runRecorder records the system/workload of each run Run logs.
+type runRecorder struct{ events *[]string }
+
+func (r runRecorder) Write(b []byte) (int, error) {
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		*r.events = append(*r.events, strings.SplitN(line, ":", 2)[0])
+	}
+	return len(b), nil
+}

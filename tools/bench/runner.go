@@ -186,3 +186,20 @@ func closeSessions(sessions []Session) {
 		_ = s.Close()
 	}
 }
+
+// MergeResults is one workload's results on one system taken as one run:
+// their ops, conflicts and timed lengths summed and their latencies
+// pooled (RunInterleaved's turns). The results have no Watch part.
+func MergeResults(rs []Result) Result {
+	m := rs[0]
+	m.Ops, m.Conflicts, m.Elapsed = 0, 0, 0
+	parts := make([][]time.Duration, len(rs))
+	for i, r := range rs {
+		m.Ops += r.Ops
+		m.Conflicts += r.Conflicts
+		m.Elapsed += r.Elapsed
+		parts[i] = r.Latencies.sorted
+	}
+	m.Latencies = MergeLatencies(parts...)
+	return m
+}

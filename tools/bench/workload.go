@@ -281,6 +281,10 @@ type placeWorkload struct {
 	// spread picks the job of client id and, for each placement, the
 	// machines of its binding and of its counter.
 	spread placeSpread
+	// run numbers the runs of the workload (Prepare): each run places
+	// tasks of its own, so a run again on the same cell (benchcompare
+	// -rounds) places fresh tasks rather than conflict on the last run's.
+	run int
 }
 
 // placeSpread chooses where a workload's placements go.
@@ -289,9 +293,14 @@ type placeSpread struct {
 	machines func(r *rand.Rand, id int) (binding, counter string)
 }
 
-func (w *placeWorkload) Name() string                             { return w.name }
-func (w *placeWorkload) Clients() int                             { return w.p.Clients }
-func (w *placeWorkload) Prepare(context.Context, []Session) error { return nil }
+func (w *placeWorkload) Name() string { return w.name }
+func (w *placeWorkload) Clients() int { return w.p.Clients }
+
+// Prepare numbers the run.
+func (w *placeWorkload) Prepare(context.Context, []Session) error {
+	w.run++
+	return nil
+}
 
 func (w *placeWorkload) Op(id int, s Session) Op {
 	next := w.placements(id)
@@ -305,13 +314,13 @@ func (w *placeWorkload) Op(id int, s Session) Op {
 func (w *placeWorkload) placements(id int) func() Placement {
 	r := clientRand(w.p.Seed, id)
 	job := w.spread.job(id)
-	i := 0
+	run, i := w.run, 0
 	return func() Placement {
 		b, c := w.spread.machines(r, id)
 		p := Placement{
-			Task:         fmt.Sprintf("/tasks/%s/%s/%d", w.name, job, i),
+			Task:         fmt.Sprintf("/tasks/%s/%s/%d.%d", w.name, job, run, i),
 			TaskValue:    w.value,
-			Binding:      fmt.Sprintf("/bindings/%s/%s-%s-%d", b, w.name, job, i),
+			Binding:      fmt.Sprintf("/bindings/%s/%s-%s-%d.%d", b, w.name, job, run, i),
 			BindingValue: w.value,
 			Counter:      "/alloc/" + c + "/" + w.name,
 			Delta:        1,

@@ -60,4 +60,14 @@
 //
 // The systems run one after the other, never at once: each gets the whole
 // machine. All write to temporary directories with fsync on.
+//
+// With -rounds N (N > 1) they are started together instead, and each
+// workload runs in N rounds in which the systems take turns of
+// -duration/N; a system's turns are reported as one run (their latencies
+// pooled, their ops over their time). A machine whose speed drifts over a
+// minute (a shared host) then slows both systems alike, where run one
+// after the other the second met a different machine; the idle system
+// costs the other its heartbeats only. Watch does not run in rounds.
+//
+//	cd tools/benchcompare && DURATION=10s go run . -workloads=seq,cas,place -rounds 5
 package main

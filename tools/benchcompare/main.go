@@ -20,6 +20,7 @@ import (
 type options struct {
 	bench.Options
 	systems string
+	rounds  int
 }
 
 func main() {
@@ -55,11 +56,21 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.systems, "systems", "troupe,etcd", "comma-separated systems to run, in order: "+
 		"troupe (TLS, client certificates and authorization), troupe-noauthz (TLS, every request allowed), troupe-insecure (plaintext), "+
 		"etcd (TLS, client certificates), etcd-insecure (plaintext)")
+	fs.IntVar(&o.rounds, "rounds", 1, "with more than 1, start every system at once and run each workload in this many rounds, "+
+		"the systems taking turns of -duration/rounds within each round; each system's turns are reported as one run "+
+		"(a machine whose speed drifts then weighs on every system alike; not with watch)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
-	if _, err := parseSystems(o.systems); err != nil {
+	order, err := parseSystems(o.systems)
+	if err != nil {
 		return o, err
+	}
+	if o.rounds < 1 {
+		return o, fmt.Errorf("-rounds %d: want at least 1", o.rounds)
+	}
+	if o.rounds > 1 && len(slices.Compact(slices.Sorted(slices.Values(order)))) != len(order) {
+		return o, fmt.Errorf("-rounds %d: -systems %q names a system twice; in rounds every system runs once at a time", o.rounds, o.systems)
 	}
 	return o, o.Check(fs)
 }
@@ -143,6 +154,9 @@ func run(ctx context.Context, o options) error {
 	// (costWriter) the variants.
 	rep := bench.NewReporter(newCostWriter(os.Stdout, costPairs), sysTroupe, sysEtcd)
 	cfg := bench.Config{Duration: o.Duration, Log: os.Stderr}
+	if o.rounds > 1 {
+		return bench.RunInterleaved(ctx, order, start, o.Dir, workloads, o.Shards, o.rounds, cfg, rep)
+	}
 	for _, name := range order {
 		if err := bench.RunSystem(ctx, name, start[name], o.Dir, workloads, o.Shards, cfg, rep); err != nil {
 			return err
