@@ -66,8 +66,14 @@
 // -duration/N; a system's turns are reported as one run (their latencies
 // pooled, their ops over their time). A machine whose speed drifts over a
 // minute (a shared host) then slows both systems alike, where run one
-// after the other the second met a different machine; the idle system
-// costs the other its heartbeats only. Watch does not run in rounds.
+// after the other the second met a different machine. The price: a
+// system's background work (Troupe's Pebble flushes and compactions,
+// etcd's snapshots and bbolt commits) runs on into the other's turns, and
+// short turns weigh warm-up more, so the throughput workloads' ratios
+// differ between the two ways (docs/measurements.md, sixth session: cas
+// 1.96-2.05x in rounds against 2.39-2.59x one after the other); seq, one
+// client with little background work, is what rounds are for. Watch does
+// not run in rounds.
 //
 //	cd tools/benchcompare && DURATION=10s go run . -workloads=seq,cas,place -rounds 5
 package main
