@@ -125,20 +125,8 @@ type Starter func(ctx context.Context, dir string, shards int) (sys System, clos
 // shards for those that need none), in the order of the workloads' first
 // need, runs the workloads of that count on it in their order, and stops
 // it before the next start.
-func RunSystem(ctx context.Context, name string, start Starter, parent string, workloads []Workload, shards int, cfg Config, rep *Reporter) (err error) {
-	dir, err := os.MkdirTemp(parent, "troupe-bench-"+name+"-")
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, os.RemoveAll(dir)) }()
-
-	counts, byShards := groupByShards(workloads, shards)
-	for _, n := range counts {
-		if err := runStarted(ctx, name, start, filepath.Join(dir, fmt.Sprintf("data-%d", n)), n, byShards[n], cfg, rep); err != nil {
-			return err
-		}
-	}
-	return nil
+func RunSystem(ctx context.Context, name string, start Starter, parent string, workloads []Workload, shards int, cfg Config, rep *Reporter) error {
+	return runSystems(ctx, "troupe-bench-"+name+"-", []string{name}, map[string]Starter{name: start}, parent, workloads, shards, 1, cfg, rep)
 }
 
 // groupByShards groups workloads by the shards of the cell each runs on
@@ -163,13 +151,20 @@ func groupByShards(workloads []Workload, shards int) ([]int, map[int][]Workload)
 // A machine whose speed drifts during a comparison then slows every
 // system alike, where one system's run after another's does not. The
 // watch workload's results do not merge: it is refused.
-func RunInterleaved(ctx context.Context, names []string, start map[string]Starter, parent string, workloads []Workload, shards, rounds int, cfg Config, rep *Reporter) (err error) {
+func RunInterleaved(ctx context.Context, names []string, start map[string]Starter, parent string, workloads []Workload, shards, rounds int, cfg Config, rep *Reporter) error {
 	for _, w := range workloads {
 		if w.Name() == WorkloadWatch {
 			return fmt.Errorf("%s runs on its own, not in rounds", WorkloadWatch)
 		}
 	}
-	dir, err := os.MkdirTemp(parent, "troupe-bench-interleaved-")
+	return runSystems(ctx, "troupe-bench-interleaved-", names, start, parent, workloads, shards, rounds, cfg, rep)
+}
+
+// runSystems runs workloads on the systems names in rounds (runRounds),
+// on a cell of its own for each shard count the workloads need, in a
+// temporary directory under parent named by prefix.
+func runSystems(ctx context.Context, prefix string, names []string, start map[string]Starter, parent string, workloads []Workload, shards, rounds int, cfg Config, rep *Reporter) (err error) {
+	dir, err := os.MkdirTemp(parent, prefix)
 	if err != nil {
 		return err
 	}
@@ -187,7 +182,8 @@ func RunInterleaved(ctx context.Context, names []string, start map[string]Starte
 }
 
 // runRounds starts the systems names of shards shards under dir, runs
-// each workload rounds times on each in turn, reports and stops them.
+// each workload rounds times on each in turn, reports and stops them (one
+// system and one round: RunSystem's run).
 func runRounds(ctx context.Context, names []string, start map[string]Starter, dir string, shards int, workloads []Workload, rounds int, turn Config, rep *Reporter) (err error) {
 	var systems []startedSystem
 	defer func() {
@@ -198,9 +194,10 @@ func runRounds(ctx context.Context, names []string, start map[string]Starter, di
 		}
 	}()
 	for _, name := range names {
+		dir := filepath.Join(dir, name)
 		fmt.Fprintf(os.Stderr, "%s: starting %s in %s for the %d-shard workloads\n", name, name, dir, shards)
 		startCtx, cancel := context.WithTimeout(ctx, startTimeout)
-		sys, closeSys, err := start[name](startCtx, filepath.Join(dir, name), shards)
+		sys, closeSys, err := start[name](startCtx, dir, shards)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
@@ -224,6 +221,11 @@ func runRounds(ctx context.Context, names []string, start map[string]Starter, di
 			}
 		}
 	}
+	for i, sys := range systems {
+		if r, ok := sys.System.(interface{ Retries() uint64 }); ok {
+			fmt.Fprintf(os.Stderr, "%s: %d commits retried after a timeout or an unavailable replica\n", names[i], r.Retries())
+		}
+	}
 	return nil
 }
 
@@ -231,34 +233,4 @@ func runRounds(ctx context.Context, names []string, start map[string]Starter, di
 type startedSystem struct {
 	System
 	close func() error
-}
-
-// runStarted starts a system of shards shards under dir, runs workloads
-// on it, reports the results and stops it.
-func runStarted(ctx context.Context, name string, start Starter, dir string, shards int, workloads []Workload, cfg Config, rep *Reporter) (err error) {
-	fmt.Fprintf(os.Stderr, "%s: starting %s in %s for the %d-shard workloads\n", name, name, dir, shards)
-	startCtx, cancel := context.WithTimeout(ctx, startTimeout)
-	sys, closeSys, err := start(startCtx, dir, shards)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
-	}
-	defer func() {
-		if cerr := closeSys(); cerr != nil {
-			err = errors.Join(err, fmt.Errorf("%s: close: %w", name, cerr))
-		}
-	}()
-	for _, w := range workloads {
-		res, err := Run(ctx, sys, w, cfg)
-		if err != nil {
-			return err
-		}
-		if err := rep.Add(res); err != nil {
-			return err
-		}
-	}
-	if r, ok := sys.(interface{ Retries() uint64 }); ok {
-		fmt.Fprintf(os.Stderr, "%s: %d commits retried after a timeout or an unavailable replica\n", name, r.Retries())
-	}
-	return nil
 }

@@ -189,7 +189,8 @@ func closeSessions(sessions []Session) {
 
 // MergeResults is one workload's results on one system taken as one run:
 // their ops, conflicts and timed lengths summed and their latencies
-// pooled (RunInterleaved's turns). The results have no Watch part.
+// pooled (a system's turns in rounds). A Watch part is the first
+// result's: watch runs in one round only.
 func MergeResults(rs []Result) Result {
 	m := rs[0]
 	m.Ops, m.Conflicts, m.Elapsed = 0, 0, 0
