@@ -31,8 +31,8 @@ func TestSizedFileReadsWhatWasWritten(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fi, err := os.Stat(name); err != nil || fi.Size() != logFileSize {
-		t.Fatalf("log file on disk: %v %v, want %d bytes allocated", fi.Size(), err, logFileSize)
+	if n := fileSize(t, name); n != logFileSize {
+		t.Fatalf("log file on disk: %d bytes, want %d allocated", n, logFileSize)
 	}
 	if _, err := w.Write([]byte("hello ")); err != nil {
 		t.Fatal(err)
@@ -48,8 +48,10 @@ func TestSizedFileReadsWhatWasWritten(t *testing.T) {
 	if got, err := io.ReadAll(r); err != nil || string(got) != "hello world" {
 		t.Fatalf("read %q, %v; want the bytes written", got, err)
 	}
-	if fi, err := r.Stat(); err != nil || fi.Size() != 11 {
-		t.Fatalf("Stat: %v %v, want 11", fi.Size(), err)
+	if fi, err := r.Stat(); err != nil {
+		t.Fatal(err)
+	} else if fi.Size() != 11 {
+		t.Fatalf("Stat: size %d, want 11", fi.Size())
 	}
 	if pos, err := r.Seek(-5, io.SeekEnd); err != nil || pos != 6 {
 		t.Fatalf("Seek from the end: %d %v, want 6", pos, err)
@@ -61,8 +63,8 @@ func TestSizedFileReadsWhatWasWritten(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if fi, err := os.Stat(name); err != nil || fi.Size() != 11 {
-		t.Fatalf("closed log file: %v %v, want cut to 11 bytes", fi.Size(), err)
+	if n := fileSize(t, name); n != 11 {
+		t.Fatalf("closed log file: %d bytes, want cut to 11", n)
 	}
 	if r2, err := fs.Open(name); err != nil {
 		t.Fatal(err)
@@ -71,6 +73,15 @@ func TestSizedFileReadsWhatWasWritten(t *testing.T) {
 	} else {
 		r2.Close()
 	}
+}
+
+func fileSize(t *testing.T, name string) int64 {
+	t.Helper()
+	fi, err := os.Stat(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
 }
 
 // tanLog opens tan through tanFactory on dir, as a node does.
