@@ -192,6 +192,9 @@ func closeSessions(sessions []Session) {
 // pooled (a system's turns in rounds). A Watch part is the first
 // result's: watch runs in one round only.
 func MergeResults(rs []Result) Result {
+	if len(rs) == 1 {
+		return rs[0] // a run alone (RunSystem): nothing to pool
+	}
 	m := rs[0]
 	m.Ops, m.Conflicts, m.Elapsed = 0, 0, 0
 	parts := make([][]time.Duration, len(rs))
