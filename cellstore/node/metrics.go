@@ -4,6 +4,8 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/troupe-cluster/troupe/cellstore/statemachine"
 )
 
 // raftCollector reports per-shard Raft and state machine figures at scrape
@@ -20,10 +22,21 @@ var (
 	descChgLog   = prometheus.NewDesc("troupe_store_change_log_revisions", "Revisions kept in the shard's change log.", []string{"shard"}, nil)
 	descCPUBound = prometheus.NewDesc("troupe_node_cpu_bound", "1 while the process's CPU limits its commits, so each shard keeps one Raft entry in flight instead of two.", nil, nil)
 	descSnapRecv = prometheus.NewDesc("troupe_raft_snapshots_recovered_total", "Snapshots this replica loaded since the process started, to catch up with a log the leader no longer had.", []string{"shard"}, nil)
+
+	// The replica's Pebble database (statemachine.StorageMetrics); counters
+	// start again when a snapshot's recovery opens a fresh database.
+	descStoreWritten = prometheus.NewDesc("troupe_storage_bytes_written_total", "Bytes the shard's state database wrote since it opened, by kind: wal, flush (memtables to tables) and compaction; flush plus compaction over wal is its write amplification.", []string{"shard", "kind"}, nil)
+	descStoreFlushes = prometheus.NewDesc("troupe_storage_flushes_total", "Memtable flushes of the shard's state database since it opened.", []string{"shard"}, nil)
+	descStoreCompact = prometheus.NewDesc("troupe_storage_compactions_total", "Compactions of the shard's state database since it opened.", []string{"shard"}, nil)
+	descStoreL0Files = prometheus.NewDesc("troupe_storage_l0_files", "Tables in level 0 of the shard's state database (compaction starts from 32 flushes).", []string{"shard"}, nil)
+	descStoreL0Subs  = prometheus.NewDesc("troupe_storage_l0_sublevels", "Sublevels of level 0: the tables a read may look in there.", []string{"shard"}, nil)
+	descStoreDebt    = prometheus.NewDesc("troupe_storage_compaction_debt_bytes", "Bytes the shard's state database estimates it must compact to settle.", []string{"shard"}, nil)
+	descStoreDisk    = prometheus.NewDesc("troupe_storage_disk_bytes", "Disk space the shard's state database uses.", []string{"shard"}, nil)
 )
 
 func (c *raftCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descLeader, descHasLead, descTerm, descApplied, descRaftLog, descRevision, descChgLog, descSnapRecv, descCPUBound} {
+	for _, d := range []*prometheus.Desc{descLeader, descHasLead, descTerm, descApplied, descRaftLog, descRevision, descChgLog, descSnapRecv, descCPUBound,
+		descStoreWritten, descStoreFlushes, descStoreCompact, descStoreL0Files, descStoreL0Subs, descStoreDebt, descStoreDisk} {
 		ch <- d
 	}
 }
@@ -58,5 +71,29 @@ func (c *raftCollector) Collect(ch chan<- prometheus.Metric) {
 				gauge(descRaftLog, float64(last-first+1), shard)
 			}
 		}
+		if m := c.n.stateMachine(ss.GetShard()); m != nil {
+			if sm, ok := m.StorageMetrics(); ok {
+				collectStorage(ch, sm, shard)
+			}
+		}
 	}
+}
+
+// collectStorage reports one replica's state database.
+func collectStorage(ch chan<- prometheus.Metric, m statemachine.StorageMetrics, shard string) {
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	gauge := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, shard)
+	}
+	counter(descStoreWritten, float64(m.WALBytes), shard, "wal")
+	counter(descStoreWritten, float64(m.FlushBytes), shard, "flush")
+	counter(descStoreWritten, float64(m.CompactionBytes), shard, "compaction")
+	counter(descStoreFlushes, float64(m.Flushes), shard)
+	counter(descStoreCompact, float64(m.Compactions), shard)
+	gauge(descStoreL0Files, float64(m.L0Files))
+	gauge(descStoreL0Subs, float64(m.L0Sublevels))
+	gauge(descStoreDebt, float64(m.CompactionDebtBytes))
+	gauge(descStoreDisk, float64(m.DiskBytes))
 }

@@ -127,6 +127,10 @@ func TestNodeHealthMetricsAndShardGuard(t *testing.T) {
 		`troupe_store_change_log_revisions{shard=`,
 		`troupe_raft_snapshots_recovered_total{shard="0"} 0`,
 		"\ntroupe_node_cpu_bound ",
+		`troupe_storage_bytes_written_total{kind="wal",shard="0"}`,
+		`troupe_storage_bytes_written_total{kind="compaction",shard="1"}`,
+		`troupe_storage_l0_files{shard="0"}`,
+		`troupe_storage_disk_bytes{shard="1"}`,
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %s", want)

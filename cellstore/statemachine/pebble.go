@@ -128,3 +128,41 @@ func openPebble(fs vfs.FS, dir string, log *zap.Logger) (*pebble.DB, error) {
 	}
 	return pebble.Open(dir, opts)
 }
+
+// StorageMetrics is what a replica's Pebble database has written since it
+// opened (a snapshot's recovery opens a fresh one) and what it holds now:
+// the write amplification an operator watches (flushes and compactions
+// against the WAL's bytes) and how far compactions lag.
+type StorageMetrics struct {
+	WALBytes, FlushBytes, CompactionBytes uint64
+	Flushes, Compactions                  int64
+	L0Files                               int64
+	L0Sublevels                           int32
+	CompactionDebtBytes                   uint64
+	DiskBytes                             uint64
+}
+
+// StorageMetrics reports the replica's database; false before it opens or
+// after it closes.
+func (s *StateMachine) StorageMetrics() (StorageMetrics, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.db == nil {
+		return StorageMetrics{}, false
+	}
+	m := s.db.Metrics()
+	out := StorageMetrics{
+		WALBytes:            m.WAL.BytesWritten,
+		Flushes:             m.Flush.Count,
+		Compactions:         m.Compact.Count,
+		L0Files:             m.Levels[0].TablesCount,
+		L0Sublevels:         m.Levels[0].Sublevels,
+		CompactionDebtBytes: m.Compact.EstimatedDebt,
+		DiskBytes:           m.DiskSpaceUsage(),
+	}
+	for _, l := range m.Levels {
+		out.FlushBytes += l.TableBytesFlushed
+		out.CompactionBytes += l.TableBytesCompacted
+	}
+	return out, true
+}

@@ -3,10 +3,13 @@ package statemachine
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.uber.org/zap"
 )
 
 // countingFS counts the writes reaching its files and fails them once
@@ -136,5 +139,31 @@ func TestTableFileWriteFailureSticks(t *testing.T) {
 	}
 	if err := f.Close(); !errors.Is(err, errWrite) {
 		t.Fatalf("Close after a failed write = %v", err)
+	}
+}
+
+func TestStorageMetrics(t *testing.T) {
+	m := New(Config{Dir: t.TempDir(), Logger: zap.NewNop()}, 0)
+	if _, ok := m.StorageMetrics(); ok {
+		t.Fatal("metrics of a database not yet open")
+	}
+	if _, err := m.Open(nil); err != nil {
+		t.Fatal(err)
+	}
+	value := strings.Repeat("v", 64<<10)
+	for i := range 20 {
+		update(t, m, putEntry(t, uint64(i+1), fmt.Sprintf("/k/%d", i), value))
+	}
+	got, ok := m.StorageMetrics()
+	// Every Update's batch goes through the WAL as it commits, the values
+	// twice (the key and the change log); flushes happen in the background.
+	if !ok || got.WALBytes < 2*20*uint64(len(value)) || got.DiskBytes == 0 {
+		t.Fatalf("StorageMetrics after 20 puts of 64 KiB = %+v, %v; want WAL bytes at least %d", got, ok, 2*20*len(value))
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m.StorageMetrics(); ok {
+		t.Fatal("metrics of a closed database")
 	}
 }
