@@ -32,6 +32,12 @@
 //     the cross-shard latencies over the single-shard ones (place on the
 //     default one-shard cell).
 //
+// Besides the JSON lines, each run logs its process CPU per op and, for a
+// system that can say (StorageReporter: a Troupe cell in this process),
+// what its state databases wrote per op: WAL, memtable flushes and
+// compactions, summed over replicas, the write amplification of the
+// workload.
+//
 // An op is one completed commit round trip, whether it committed or met a
 // conflict: a conflict is an Outcome, not an error (see Session). Any error
 // aborts the run: a benchmark with failed requests measures nothing.

@@ -117,6 +117,7 @@ func (lc LocalCell) Start(ctx context.Context, dir string) (sys *Troupe, close f
 	if err != nil {
 		return nil, nil, errors.Join(err, stop())
 	}
+	t.storage = cellStorage(cell, lc.Shards)
 	if lc.Network != (Network{}) {
 		fmt.Fprintf(os.Stderr, "troupe: %d nodes, %s; %s\n", lc.Replicas, lc.Network, describeLeaders(cell))
 	}

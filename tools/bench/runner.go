@@ -118,6 +118,11 @@ func Run(ctx context.Context, sys System, w Workload, cfg Config) (Result, error
 	}
 	stats := make([]clientStats, n)
 	var wg sync.WaitGroup
+	storage, reports := capability[StorageReporter](sys)
+	var written0 StorageWrites
+	if reports {
+		written0 = storage.StorageWrites()
+	}
 	cpu0 := processCPU()
 	start := now()
 	deadline := start.Add(cfg.Duration)
@@ -163,6 +168,9 @@ func Run(ctx context.Context, sys System, w Workload, cfg Config) (Result, error
 	fmt.Fprintf(logw, "%s/%s: %d clients, %d ops (%d conflicts) in %v, mean %v, max %v, process CPU %v per op\n",
 		res.System, res.Workload, n, res.Ops, res.Conflicts, res.Elapsed.Round(time.Millisecond),
 		res.Latencies.Mean(), res.Latencies.Max(), cpuPerOp(cpu, res.Ops))
+	if reports {
+		fmt.Fprintf(logw, "%s/%s: state databases wrote %s\n", res.System, res.Workload, storage.StorageWrites().since(written0).perOp(res.Ops))
+	}
 	return res, nil
 }
 

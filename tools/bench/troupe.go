@@ -76,9 +76,23 @@ type Troupe struct {
 	router  keyspace.Router
 	// watchMuxes[i] carries the watches on conns[i] (watch_troupe.go).
 	watchMuxes []*clientlib.WatchMux
+	// storage, for a cell in this process, sums what its state databases
+	// wrote (nil: not known, for a cell elsewhere).
+	storage func() StorageWrites
 }
 
-var _ System = (*Troupe)(nil)
+var (
+	_ System          = (*Troupe)(nil)
+	_ StorageReporter = (*Troupe)(nil)
+)
+
+// StorageWrites implements StorageReporter: zero for a cell elsewhere.
+func (t *Troupe) StorageWrites() StorageWrites {
+	if t.storage == nil {
+		return StorageWrites{}
+	}
+	return t.storage()
+}
 
 // DialTroupe connects to the replicas of cfg. Connections are made
 // lazily; see WaitReady.

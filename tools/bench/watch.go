@@ -154,18 +154,23 @@ func (w *watchWorkload) writer(id int, s Session, stamp func() time.Duration) fu
 }
 
 // watchSystem returns sys's watch capability, looking through Unwrap.
-func watchSystem(sys System) (WatchSystem, bool) {
+func watchSystem(sys System) (WatchSystem, bool) { return capability[WatchSystem](sys) }
+
+// capability returns sys as a T, or what sys's Unwrap() System method
+// returns (a system renamed for its result lines), and so on.
+func capability[T any](sys System) (T, bool) {
 	for sys != nil {
-		if ws, ok := sys.(WatchSystem); ok {
-			return ws, true
+		if c, ok := sys.(T); ok {
+			return c, true
 		}
 		u, ok := sys.(interface{ Unwrap() System })
 		if !ok {
-			return nil, false
+			break
 		}
 		sys = u.Unwrap()
 	}
-	return nil, false
+	var none T
+	return none, false
 }
 
 // watchDrain bounds the wait, once the writers have stopped, for every
