@@ -9,6 +9,8 @@ DURATION ?= 10s
 WORKLOADS ?= seq,cas,place,place4,split4
 # ROUNDS > 1: bench-compare starts both systems and alternates them in rounds.
 ROUNDS ?= 1
+# REPEAT > 1: bench-compare runs the comparison that many times and reports each ratio's spread.
+REPEAT ?= 1
 FUZZTIME ?= 30s
 FAULT_ROUNDS ?= 20
 FAULT_SEED ?= $(shell date +%s)
@@ -83,7 +85,7 @@ bench: build
 
 # The same workloads against Troupe and embedded etcd, one JSON line each.
 bench-compare:
-	cd tools/benchcompare && DURATION=$(DURATION) $(GO) run . -workloads=$(WORKLOADS) -rounds=$(ROUNDS)
+	cd tools/benchcompare && DURATION=$(DURATION) $(GO) run . -workloads=$(WORKLOADS) -rounds=$(ROUNDS) -repeat=$(REPEAT)
 
 # Longer fuzzing than the seed corpus `make test` runs.
 fuzz:

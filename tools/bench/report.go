@@ -16,7 +16,7 @@ import (
 //
 // and, as soon as both compared systems have a result for a workload,
 //
-//	{"workload":"cas","ratio_ops":1.234,"ratio_p99":0.567}
+//	{"workload":"cas","ratio_ops":1.234,"ratio_p50":0.456,"ratio_p99":0.567}
 //
 // where each ratio is Numerator's value over Denominator's (null when the
 // denominator is 0), and, as soon as Numerator has results for a workload
@@ -32,6 +32,7 @@ type Reporter struct {
 	numerator   string
 	denominator string
 	results     map[string]map[string]Result // workload → system → result
+	compared    []Comparison                 // the ratio lines written, in order
 }
 
 // NewReporter returns a Reporter writing to out and comparing system
@@ -58,8 +59,20 @@ type resultLine struct {
 type ratioLine struct {
 	Workload string   `json:"workload"`
 	RatioOps *float64 `json:"ratio_ops"`
+	RatioP50 *float64 `json:"ratio_p50"`
 	RatioP99 *float64 `json:"ratio_p99"`
 }
+
+// Comparison is what a ratio line says: Numerator's ops a second, p50
+// and p99 over Denominator's (nil where Denominator's figure is 0).
+type Comparison struct {
+	Workload      string
+	Ops, P50, P99 *float64
+}
+
+// Comparisons returns the ratio lines the Reporter wrote, in order (not
+// watch's, which has lines of its own).
+func (rep *Reporter) Comparisons() []Comparison { return slices.Clone(rep.compared) }
 
 // vsLine is the JSON form of a comparison of two workloads on one system.
 type vsLine struct {
@@ -106,11 +119,91 @@ func (rep *Reporter) Add(r Result) error {
 	if !okNum || !okDen {
 		return nil
 	}
-	return rep.write(ratioLine{
+	c := Comparison{
 		Workload: r.Workload,
-		RatioOps: ratio(num.OpsPerSec(), den.OpsPerSec()),
-		RatioP99: ratio(ms(num.Latencies.Quantile(0.99)), ms(den.Latencies.Quantile(0.99))),
-	})
+		Ops:      ratio(num.OpsPerSec(), den.OpsPerSec()),
+		P50:      ratio(ms(num.Latencies.Quantile(0.50)), ms(den.Latencies.Quantile(0.50))),
+		P99:      ratio(ms(num.Latencies.Quantile(0.99)), ms(den.Latencies.Quantile(0.99))),
+	}
+	rep.compared = append(rep.compared, c)
+	return rep.write(ratioLine{Workload: c.Workload, RatioOps: c.Ops, RatioP50: c.P50, RatioP99: c.P99})
+}
+
+// spreadLine is the JSON form of a workload's comparisons over runs.
+type spreadLine struct {
+	Workload string  `json:"workload"`
+	Runs     int     `json:"runs"`
+	RatioOps *spread `json:"ratio_ops"`
+	RatioP50 *spread `json:"ratio_p50"`
+	RatioP99 *spread `json:"ratio_p99"`
+}
+
+// spread is the least, median and greatest of a ratio over runs.
+type spread struct {
+	Min    float64 `json:"min"`
+	Median float64 `json:"median"`
+	Max    float64 `json:"max"`
+}
+
+// newSpread summarizes the ratios that are known (nil when none is).
+func newSpread(ratios []*float64) *spread {
+	var xs []float64
+	for _, r := range ratios {
+		if r != nil {
+			xs = append(xs, *r)
+		}
+	}
+	if len(xs) == 0 {
+		return nil
+	}
+	slices.Sort(xs)
+	mid := len(xs) / 2
+	median := xs[mid]
+	if len(xs)%2 == 0 {
+		median = round((xs[mid-1]+xs[mid])/2, 4)
+	}
+	return &spread{Min: xs[0], Median: median, Max: xs[len(xs)-1]}
+}
+
+// WriteSpread writes, for each workload compared more than once in
+// comparisons (several runs' Comparisons), in the order each first comes,
+//
+//	{"workload":"place","runs":6,"ratio_ops":{"min":1.9,"median":2.2,"max":3.1},"ratio_p50":{..},"ratio_p99":{..}}
+//
+// the spread of its ratios over the runs.
+func WriteSpread(out io.Writer, comparisons []Comparison) error {
+	rep := &Reporter{out: out}
+	byWorkload := map[string][]Comparison{}
+	var order []string
+	for _, c := range comparisons {
+		if byWorkload[c.Workload] == nil {
+			order = append(order, c.Workload)
+		}
+		byWorkload[c.Workload] = append(byWorkload[c.Workload], c)
+	}
+	for _, w := range order {
+		cs := byWorkload[w]
+		if len(cs) < 2 {
+			continue
+		}
+		pick := func(f func(Comparison) *float64) []*float64 {
+			out := make([]*float64, len(cs))
+			for i, c := range cs {
+				out[i] = f(c)
+			}
+			return out
+		}
+		if err := rep.write(spreadLine{
+			Workload: w,
+			Runs:     len(cs),
+			RatioOps: newSpread(pick(func(c Comparison) *float64 { return c.Ops })),
+			RatioP50: newSpread(pick(func(c Comparison) *float64 { return c.P50 })),
+			RatioP99: newSpread(pick(func(c Comparison) *float64 { return c.P99 })),
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // compareWorkloads writes the vs line of r and its baseline, or of r and

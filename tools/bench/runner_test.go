@@ -193,7 +193,7 @@ func TestRunAndReport(t *testing.T) {
 		t.Fatalf("got %d lines, want %d:\n%s", len(lines), len(wantShape), out.String())
 	}
 	resultKeys := []string{"workload", "system", "ops_per_sec", "p50_ms", "p99_ms"}
-	ratioKeys := []string{"workload", "ratio_ops", "ratio_p99"}
+	ratioKeys := []string{"workload", "ratio_ops", "ratio_p50", "ratio_p99"}
 	vsKeys := []string{"workload", "vs", "system", "ratio_p50", "ratio_p99"}
 	for i, line := range lines {
 		wl, kind, _ := strings.Cut(wantShape[i], " ")
@@ -230,7 +230,7 @@ func TestRunAndReport(t *testing.T) {
 	exact := map[int]string{
 		0: `{"workload":"seq","system":"troupe","ops_per_sec":497.5,"p50_ms":1,"p99_ms":1}`,
 		7: `{"workload":"seq","system":"etcd","ops_per_sec":248.8,"p50_ms":2,"p99_ms":2}`,
-		8: `{"workload":"seq","ratio_ops":2,"ratio_p99":0.5}`,
+		8: `{"workload":"seq","ratio_ops":2,"ratio_p50":0.5,"ratio_p99":0.5}`,
 		// Throughput ratios are exact for every workload: same op
 		// count, elapsed time in proportion to the tick.
 		10: `"ratio_ops":2,`,

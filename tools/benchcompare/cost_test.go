@@ -66,14 +66,14 @@ func TestCostLines(t *testing.T) {
 		"cost tls troupe-noauthz/troupe-insecure 0.8",
 		"cost tls+authz troupe/troupe-insecure 0.72",
 		"result etcd",
-		`ratio {"workload":"cas","ratio_ops":1.5,"ratio_p99":0.5}`,
+		`ratio {"workload":"cas","ratio_ops":1.5,"ratio_p50":0.5,"ratio_p99":0.5}`,
 		"result etcd-insecure",
 		"cost tls etcd/etcd-insecure 0.75",
 		"cost insecure troupe-insecure/etcd-insecure 1.5625",
 		"result troupe",
 		"cost authz troupe/troupe-noauthz 1",
 		"cost tls+authz troupe/troupe-insecure 0.8",
-		`ratio {"workload":"cas","ratio_ops":1.6667,"ratio_p99":0.5}`,
+		`ratio {"workload":"cas","ratio_ops":1.6667,"ratio_p50":0.5,"ratio_p99":0.5}`,
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("lines:\n%s\nwant:\n%s\nout:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"), out.String())

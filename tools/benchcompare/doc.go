@@ -27,7 +27,7 @@
 //
 //	{"workload":"cas","system":"troupe","ops_per_sec":..,"p50_ms":..,"p99_ms":..}
 //	{"workload":"cas","system":"etcd","ops_per_sec":..,"p50_ms":..,"p99_ms":..}
-//	{"workload":"cas","ratio_ops":..,"ratio_p99":..}
+//	{"workload":"cas","ratio_ops":..,"ratio_p50":..,"ratio_p99":..}
 //
 // and, when the variants run, a cost line per workload and pair as soon
 // as both have a result (cost.go): authorization (troupe over
@@ -76,4 +76,18 @@
 // not run in rounds.
 //
 //	cd tools/benchcompare && DURATION=10s go run . -workloads=seq,cas,place -rounds 5
+//
+// With -repeat N the whole comparison runs N times, the systems in
+// -systems order, then in reverse, and so on (each run on fresh cells,
+// with its own ratio lines), and it ends with one line per workload
+// compared more than once:
+//
+//	{"workload":"place","runs":6,"ratio_ops":{"min":..,"median":..,"max":..},"ratio_p50":{..},"ratio_p99":{..}}
+//
+// On a machine whose speed varies from minute to minute, one comparison
+// says little: on this project's 2-core VM, etcd's place alone ranged
+// 4.7-7.0k ops/s over 16 runs of one binary (docs/measurements.md,
+// seventh session). The spread line is the figure to report.
+//
+//	cd tools/benchcompare && DURATION=10s go run . -workloads=seq,cas,place -repeat 6
 package main

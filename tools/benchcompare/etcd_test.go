@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"context"
 	"crypto/tls"
 	"strings"
@@ -123,6 +124,24 @@ func TestParseFlags(t *testing.T) {
 	}
 	if _, err := parseFlags([]string{"-duration=0s"}); err == nil {
 		t.Error("-duration=0s accepted")
+	}
+	if o, err := parseFlags([]string{"-repeat=4"}); err != nil || o.repeat != 4 {
+		t.Errorf("-repeat=4: %v, %v", o.repeat, err)
+	}
+	if _, err := parseFlags([]string{"-repeat=0"}); err == nil {
+		t.Error("-repeat=0 accepted")
+	}
+}
+
+func TestRunOrderAlternates(t *testing.T) {
+	order := []string{"troupe", "troupe-noauthz", "etcd"}
+	for i, want := range [][]string{order, {"etcd", "troupe-noauthz", "troupe"}, order, {"etcd", "troupe-noauthz", "troupe"}} {
+		if got := runOrder(order, i); !slices.Equal(got, want) {
+			t.Errorf("run %d: %v, want %v", i, got, want)
+		}
+	}
+	if order[0] != "troupe" {
+		t.Errorf("runOrder changed -systems' order: %v", order)
 	}
 }
 

@@ -21,6 +21,7 @@ type options struct {
 	bench.Options
 	systems string
 	rounds  int
+	repeat  int
 }
 
 func main() {
@@ -59,6 +60,8 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.rounds, "rounds", 1, "with more than 1, start every system at once and run each workload in this many rounds, "+
 		"the systems taking turns of -duration/rounds within each round; each system's turns are reported as one run "+
 		"(a machine whose speed drifts then weighs on every system alike; not with watch)")
+	fs.IntVar(&o.repeat, "repeat", 1, "run the comparison this many times, the systems in -systems order, then in reverse, and so on, "+
+		"and end with a line per workload giving the least, median and greatest of its ratios over the runs")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -68,6 +71,9 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.rounds < 1 {
 		return o, fmt.Errorf("-rounds %d: want at least 1", o.rounds)
+	}
+	if o.repeat < 1 {
+		return o, fmt.Errorf("-repeat %d: want at least 1", o.repeat)
 	}
 	if o.rounds > 1 && len(slices.Compact(slices.Sorted(slices.Values(order)))) != len(order) {
 		return o, fmt.Errorf("-rounds %d: -systems %q names a system twice; in rounds every system runs once at a time", o.rounds, o.systems)
@@ -150,14 +156,40 @@ func run(ctx context.Context, o options) error {
 		zapcore.Lock(os.Stderr), zapcore.ErrorLevel))
 	start := starters(o, logger)
 
-	// The reporter's ratio line compares the secure pair; the cost lines
-	// (costWriter) the variants.
-	rep := bench.NewReporter(newCostWriter(os.Stdout, costPairs), sysTroupe, sysEtcd)
 	cfg := bench.Config{Duration: o.Duration, Log: os.Stderr}
-	if o.rounds > 1 {
-		return bench.RunInterleaved(ctx, order, start, o.Dir, workloads, o.Shards, o.rounds, cfg, rep)
+	var compared []bench.Comparison
+	for i := range o.repeat {
+		names := runOrder(order, i)
+		// The reporter's ratio line compares the secure pair; the cost
+		// lines (costWriter) the variants. Each run compares its own.
+		rep := bench.NewReporter(newCostWriter(os.Stdout, costPairs), sysTroupe, sysEtcd)
+		if err := compare(ctx, o, names, start, workloads, cfg, rep); err != nil {
+			return err
+		}
+		compared = append(compared, rep.Comparisons()...)
 	}
-	for _, name := range order {
+	return bench.WriteSpread(os.Stdout, compared)
+}
+
+// runOrder is the order of the systems in run i (from 0) of -repeat:
+// order, then its reverse, and so on, so that a machine whose speed
+// drifts favours no system.
+func runOrder(order []string, i int) []string {
+	if i%2 == 0 {
+		return order
+	}
+	names := slices.Clone(order)
+	slices.Reverse(names)
+	return names
+}
+
+// compare runs workloads on the systems names once, one after another or
+// in rounds.
+func compare(ctx context.Context, o options, names []string, start map[string]bench.Starter, workloads []bench.Workload, cfg bench.Config, rep *bench.Reporter) error {
+	if o.rounds > 1 {
+		return bench.RunInterleaved(ctx, names, start, o.Dir, workloads, o.Shards, o.rounds, cfg, rep)
+	}
+	for _, name := range names {
 		if err := bench.RunSystem(ctx, name, start[name], o.Dir, workloads, o.Shards, cfg, rep); err != nil {
 			return err
 		}
