@@ -1,9 +1,9 @@
 package main
 
 import (
-	"slices"
 	"context"
 	"crypto/tls"
+	"slices"
 	"strings"
 	"testing"
 	"time"
