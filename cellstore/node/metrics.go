@@ -28,7 +28,7 @@ var (
 	descStoreWritten = prometheus.NewDesc("troupe_storage_bytes_written_total", "Bytes the shard's state database wrote since it opened, by kind: wal, flush (memtables to tables) and compaction; flush plus compaction over wal is its write amplification.", []string{"shard", "kind"}, nil)
 	descStoreFlushes = prometheus.NewDesc("troupe_storage_flushes_total", "Memtable flushes of the shard's state database since it opened.", []string{"shard"}, nil)
 	descStoreCompact = prometheus.NewDesc("troupe_storage_compactions_total", "Compactions of the shard's state database since it opened.", []string{"shard"}, nil)
-	descStoreL0Files = prometheus.NewDesc("troupe_storage_l0_files", "Tables in level 0 of the shard's state database (compaction starts from 32 flushes).", []string{"shard"}, nil)
+	descStoreL0Files = prometheus.NewDesc("troupe_storage_l0_files", "Tables in level 0 of the shard's state database.", []string{"shard"}, nil)
 	descStoreL0Subs  = prometheus.NewDesc("troupe_storage_l0_sublevels", "Sublevels of level 0: the tables a read may look in there.", []string{"shard"}, nil)
 	descStoreDebt    = prometheus.NewDesc("troupe_storage_compaction_debt_bytes", "Bytes the shard's state database estimates it must compact to settle.", []string{"shard"}, nil)
 	descStoreDisk    = prometheus.NewDesc("troupe_storage_disk_bytes", "Disk space the shard's state database uses.", []string{"shard"}, nil)

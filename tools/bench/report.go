@@ -172,7 +172,6 @@ func newSpread(ratios []*float64) *spread {
 //
 // the spread of its ratios over the runs.
 func WriteSpread(out io.Writer, comparisons []Comparison) error {
-	rep := &Reporter{out: out}
 	byWorkload := map[string][]Comparison{}
 	var order []string
 	for _, c := range comparisons {
@@ -193,7 +192,7 @@ func WriteSpread(out io.Writer, comparisons []Comparison) error {
 			}
 			return out
 		}
-		if err := rep.write(spreadLine{
+		if err := writeLine(out, spreadLine{
 			Workload: w,
 			Runs:     len(cs),
 			RatioOps: newSpread(pick(func(c Comparison) *float64 { return c.Ops })),
@@ -237,13 +236,16 @@ func newVsLine(r, baseline Result) vsLine {
 	}
 }
 
-func (rep *Reporter) write(v any) error {
+func (rep *Reporter) write(v any) error { return writeLine(rep.out, v) }
+
+// writeLine writes v to out as a JSON line.
+func writeLine(out io.Writer, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("bench: encode result line: %w", err)
 	}
 	b = append(b, '\n')
-	_, err = rep.out.Write(b)
+	_, err = out.Write(b)
 	return err
 }
 
