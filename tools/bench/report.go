@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -127,6 +128,27 @@ func (rep *Reporter) Add(r Result) error {
 	}
 	rep.compared = append(rep.compared, c)
 	return rep.write(ratioLine{Workload: c.Workload, RatioOps: c.Ops, RatioP50: c.P50, RatioP99: c.P99})
+}
+
+// ParseComparisons reads the ratio lines among a Reporter's output (its
+// other lines, and other programs' lines, are skipped).
+func ParseComparisons(out []byte) ([]Comparison, error) {
+	var cs []Comparison
+	for line := range bytes.Lines(out) {
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal(line, &fields); err != nil {
+			return nil, fmt.Errorf("bench: result line %q: %w", bytes.TrimSpace(line), err)
+		}
+		if !slices.Equal(slices.Sorted(maps.Keys(fields)), []string{"ratio_ops", "ratio_p50", "ratio_p99", "workload"}) {
+			continue
+		}
+		var r ratioLine
+		if err := json.Unmarshal(line, &r); err != nil {
+			return nil, fmt.Errorf("bench: ratio line %q: %w", bytes.TrimSpace(line), err)
+		}
+		cs = append(cs, Comparison{Workload: r.Workload, Ops: r.RatioOps, P50: r.RatioP50, P99: r.RatioP99})
+	}
+	return cs, nil
 }
 
 // spreadLine is the JSON form of a workload's comparisons over runs.

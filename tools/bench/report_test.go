@@ -47,3 +47,23 @@ func TestReporterKeepsComparisons(t *testing.T) {
 		t.Fatalf("comparisons %+v, want seq's two, ops ratios 2 then 4", got)
 	}
 }
+
+func TestParseComparisons(t *testing.T) {
+	out := []byte(`{"workload":"cas","system":"troupe","ops_per_sec":1000,"p50_ms":1,"p99_ms":2}
+{"workload":"cas","system":"etcd","ops_per_sec":500,"p50_ms":2,"p99_ms":4}
+{"workload":"cas","ratio_ops":2,"ratio_p50":0.5,"ratio_p99":null}
+{"workload":"cas","what":"authz","num":"troupe","den":"troupe-noauthz","ratio_ops":0.9,"ratio_p50":1,"ratio_p99":1,"extra_us_per_op":111.11}
+{"workload":"place4","vs":"place","system":"troupe","ratio_p50":1.5,"ratio_p99":2.5}
+{"workload":"place","runs":2,"ratio_ops":{"min":1,"median":1.5,"max":2},"ratio_p50":null,"ratio_p99":null}
+`)
+	got, err := ParseComparisons(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Workload != "cas" || *got[0].Ops != 2 || *got[0].P50 != 0.5 || got[0].P99 != nil {
+		t.Fatalf("comparisons %+v, want cas's ratio line alone", got)
+	}
+	if _, err := ParseComparisons([]byte("troupe: starting\n")); err == nil {
+		t.Fatal("a line that is not JSON parsed")
+	}
+}

@@ -77,10 +77,12 @@
 //
 //	cd tools/benchcompare && DURATION=10s go run . -workloads=seq,cas,place -rounds 5
 //
-// With -repeat N the whole comparison runs N times, the systems in
-// -systems order, then in reverse, and so on (each run on fresh cells,
-// with its own ratio lines), and it ends with one line per workload
-// compared more than once:
+// With -repeat N the whole comparison runs N times, each run in a process
+// of its own (one that has run cells ran the next ones slower), the
+// systems in -systems order, then in reverse, and so on, each run with
+// its own ratio lines, and it ends with one line per workload compared
+// more than once (as a single run does for -systems naming a system
+// twice):
 //
 //	{"workload":"place","runs":6,"ratio_ops":{"min":..,"median":..,"max":..},"ratio_p50":{..},"ratio_p99":{..}}
 //

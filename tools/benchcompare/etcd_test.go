@@ -143,6 +143,18 @@ func TestRunOrderAlternates(t *testing.T) {
 	if order[0] != "troupe" {
 		t.Errorf("runOrder changed -systems' order: %v", order)
 	}
+	args := []string{"-workloads=cas", "-repeat", "4", "-systems=troupe,etcd"}
+	child := childArgs(args, []string{"etcd", "troupe"})
+	o, err := parseFlags(child)
+	if err != nil || o.repeat != 1 || o.systems != "etcd,troupe" || o.Workloads != "cas" {
+		t.Errorf("a run of -repeat parses as repeat %d, systems %q, workloads %q (%v)", o.repeat, o.systems, o.Workloads, err)
+	}
+	if len(args) != 4 {
+		t.Errorf("childArgs changed its arguments: %v", args)
+	}
+	if _, err := parseFlags([]string{"-repeat=2", "-cpuprofile=/tmp/x"}); err == nil {
+		t.Error("-repeat with -cpuprofile accepted")
+	}
 }
 
 // startTestEtcd starts a real 3-member embedded cluster for test t (it is

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"slices"
 	"strings"
@@ -60,8 +61,8 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.rounds, "rounds", 1, "with more than 1, start every system at once and run each workload in this many rounds, "+
 		"the systems taking turns of -duration/rounds within each round; each system's turns are reported as one run "+
 		"(a machine whose speed drifts then weighs on every system alike; not with watch)")
-	fs.IntVar(&o.repeat, "repeat", 1, "run the comparison this many times, the systems in -systems order, then in reverse, and so on, "+
-		"and end with a line per workload giving the least, median and greatest of its ratios over the runs")
+	fs.IntVar(&o.repeat, "repeat", 1, "run the comparison this many times, each in a process of its own, the systems in -systems order, then in reverse, "+
+		"and so on, and end with a line per workload giving the least, median and greatest of its ratios over the runs")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -74,6 +75,9 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.repeat < 1 {
 		return o, fmt.Errorf("-repeat %d: want at least 1", o.repeat)
+	}
+	if o.repeat > 1 && o.CPUProfile != "" {
+		return o, fmt.Errorf("-repeat %d with -cpuprofile: profile one run at a time", o.repeat)
 	}
 	if o.rounds > 1 && len(slices.Compact(slices.Sorted(slices.Values(order)))) != len(order) {
 		return o, fmt.Errorf("-rounds %d: -systems %q names a system twice; in rounds every system runs once at a time", o.rounds, o.systems)
@@ -156,19 +160,51 @@ func run(ctx context.Context, o options) error {
 		zapcore.Lock(os.Stderr), zapcore.ErrorLevel))
 	start := starters(o, logger)
 
-	cfg := bench.Config{Duration: o.Duration, Log: os.Stderr}
+	if o.repeat > 1 {
+		return repeat(ctx, os.Args[1:], order, o.repeat)
+	}
+	// The reporter's ratio line compares the secure pair; the cost lines
+	// (costWriter) the variants.
+	rep := bench.NewReporter(newCostWriter(os.Stdout, costPairs), sysTroupe, sysEtcd)
+	if err := compare(ctx, o, order, start, workloads, bench.Config{Duration: o.Duration, Log: os.Stderr}, rep); err != nil {
+		return err
+	}
+	// Systems named more than once compare more than once.
+	return bench.WriteSpread(os.Stdout, rep.Comparisons())
+}
+
+// repeat runs the comparison of args (this command's arguments) n times,
+// each run in a process of its own (this program again, with -repeat=1
+// and the run's order of the systems), passes on what each prints, and
+// ends with the spread of the runs' ratios. A process of its own, because
+// one that has run cells runs the next ones differently: in one process,
+// Troupe's cas took 76 µs of CPU per op in the first two runs and 93-111
+// in the last three (docs/measurements.md, seventh session).
+func repeat(ctx context.Context, args, order []string, n int) error {
 	var compared []bench.Comparison
-	for i := range o.repeat {
-		names := runOrder(order, i)
-		// The reporter's ratio line compares the secure pair; the cost
-		// lines (costWriter) the variants. Each run compares its own.
-		rep := bench.NewReporter(newCostWriter(os.Stdout, costPairs), sysTroupe, sysEtcd)
-		if err := compare(ctx, o, names, start, workloads, cfg, rep); err != nil {
-			return err
+	for i := range n {
+		cmd := exec.CommandContext(ctx, os.Args[0], childArgs(args, runOrder(order, i))...)
+		cmd.Stderr = os.Stderr
+		out, err := cmd.Output()
+		if _, werr := os.Stdout.Write(out); werr != nil {
+			return werr
 		}
-		compared = append(compared, rep.Comparisons()...)
+		if err != nil {
+			return fmt.Errorf("run %d of %d: %w", i+1, n, err)
+		}
+		cs, err := bench.ParseComparisons(out)
+		if err != nil {
+			return fmt.Errorf("run %d of %d: %w", i+1, n, err)
+		}
+		compared = append(compared, cs...)
 	}
 	return bench.WriteSpread(os.Stdout, compared)
+}
+
+// childArgs are the arguments of one run of -repeat: args with the run's
+// systems and one repetition (the flag package takes a flag's last value).
+func childArgs(args, names []string) []string {
+	return append(slices.Clone(args), "-repeat=1", "-systems="+strings.Join(names, ","))
 }
 
 // runOrder is the order of the systems in run i (from 0) of -repeat:
