@@ -155,14 +155,13 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	if o.repeat > 1 {
+		return repeat(ctx, os.Args[1:], order, o.repeat)
+	}
 	logger := zap.New(zapcore.NewCore(
 		zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig()),
 		zapcore.Lock(os.Stderr), zapcore.ErrorLevel))
 	start := starters(o, logger)
-
-	if o.repeat > 1 {
-		return repeat(ctx, os.Args[1:], order, o.repeat)
-	}
 	// The reporter's ratio line compares the secure pair; the cost lines
 	// (costWriter) the variants.
 	rep := bench.NewReporter(newCostWriter(os.Stdout, costPairs), sysTroupe, sysEtcd)
@@ -178,8 +177,8 @@ func run(ctx context.Context, o options) error {
 // and the run's order of the systems), passes on what each prints, and
 // ends with the spread of the runs' ratios. A process of its own, because
 // one that has run cells runs the next ones differently: in one process,
-// Troupe's cas took 76 µs of CPU per op in the first two runs and 93-111
-// in the last three (docs/measurements.md, seventh session).
+// Troupe's cas took 76-86 µs of CPU per op in its first three runs and
+// 93-111 in its last three (docs/measurements.md, seventh session).
 func repeat(ctx context.Context, args, order []string, n int) error {
 	var compared []bench.Comparison
 	for i := range n {
