@@ -208,11 +208,11 @@ func WriteSpread(out io.Writer, comparisons []Comparison) error {
 			continue
 		}
 		pick := func(f func(Comparison) *float64) []*float64 {
-			out := make([]*float64, len(cs))
+			rs := make([]*float64, len(cs))
 			for i, c := range cs {
-				out[i] = f(c)
+				rs[i] = f(c)
 			}
-			return out
+			return rs
 		}
 		if err := writeLine(out, spreadLine{
 			Workload: w,
